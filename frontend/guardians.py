@@ -1,0 +1,257 @@
+"""Finding, starting and validating the guardian of a workspace (SPEC R2, R3, R10, R12).
+
+The front-end keeps nothing on disk of its own. For a workspace it reads ``guardian.json``,
+checks the process identity (pid + create time + boot id), and handshakes. When the
+guardian is gone it marks the records that guardian owned ``unknown`` (``guardian_lost``)
+and starts a new one, under a start lock so that racing front-ends end up with one guardian.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import filelock
+
+from protocol.errors import ErrorCode, TetherError
+from protocol.methods import METHODS
+from protocol.transport import GuardianClient
+from protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
+from shared.catalog import Catalog
+from shared.config import Config
+from shared.identity import ProcessIdentity
+from shared.paths import GuardianPaths, guardian_paths
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 15.0
+HELLO_TIMEOUT_S = 3.0
+#: Methods that put nothing into a terminal: safe to retry on a restarted guardian.
+_READ_ONLY = frozenset(
+    {"hello", "thread.open", "exec.status", "exec.screen", "exec.list", "exec.get",
+     "exec.read", "exec.observe", "exec.wait"}
+)
+
+
+@dataclass
+class GuardianHandle:
+    """A handshaken connection to one guardian instance."""
+
+    paths: GuardianPaths
+    info: dict[str, Any]
+    client: GuardianClient
+    version: Version
+    capabilities: frozenset[str]
+    lost_records: list[str] = field(default_factory=list)
+
+    @property
+    def instance_id(self) -> str:
+        return str(self.info["instance_id"])
+
+    def require(self, capability: Capability | None) -> None:
+        """Refuse, before sending anything, a call this guardian cannot serve (R8)."""
+        if capability is None or str(capability) in self.capabilities:
+            return
+        since = minor_introducing(capability)
+        raise TetherError(
+            ErrorCode.CAPABILITY_MISSING,
+            f"the guardian for this workspace speaks protocol {self.version}, which lacks "
+            f"'{capability}' (added in protocol {since}). Nothing was sent. To upgrade, run "
+            "`tether guardians restart --workspace <root>`: it stops the old guardian, which "
+            "ends its running terminals (their records stay readable).",
+            {
+                "capability": str(capability),
+                "guardian_protocol": str(self.version),
+                "input_sent": False,
+                "operator_action_required": True,
+            },
+        )
+
+    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
+        self.require(METHODS[method][1])
+        return await self.client.call(method, params, timeout_s=timeout_s)
+
+
+class GuardianLocator:
+    """Connections to guardians, one per workspace, re-validated when a call fails."""
+
+    def __init__(self, config: Config, principal: str = "local") -> None:
+        self.config = config
+        self.principal = principal
+        self._handles: dict[str, GuardianHandle] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Guardians we started are our children until they exit: reap them (no zombies).
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    async def handle(self, workspace_root: str) -> GuardianHandle:
+        """A live, handshaken guardian for ``workspace_root`` (canonical), starting one if needed."""
+        self._children = [child for child in self._children if child.poll() is None]
+        lock = self._locks.setdefault(workspace_root, asyncio.Lock())
+        async with lock:
+            handle = self._handles.get(workspace_root)
+            if handle is not None and ProcessIdentity.from_dict(handle.info) is not None:
+                ident = ProcessIdentity.from_dict(handle.info)
+                if ident is not None and ident.alive():
+                    return handle
+                handle.client.close()
+                self._handles.pop(workspace_root, None)
+            handle = await self._connect(workspace_root)
+            self._handles[workspace_root] = handle
+            return handle
+
+    async def call(
+        self, workspace_root: str, method: str, params: dict[str, Any], *, timeout_s: float
+    ) -> Any:
+        """Call a guardian method; on a lost guardian, re-locate and retry reads once."""
+        handle = await self.handle(workspace_root)
+        try:
+            return await handle.call(method, params, timeout_s=timeout_s)
+        except TetherError as err:
+            if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
+                raise
+            # Retry on the (possibly new) guardian only what cannot deliver input twice:
+            # reads, and requests that provably never reached a guardian.
+            if method not in _READ_ONLY and err.data.get("input_sent") is not False:
+                raise
+            self.forget(workspace_root)
+            handle = await self.handle(workspace_root)
+            return await handle.call(method, params, timeout_s=timeout_s)
+
+    def forget(self, workspace_root: str) -> None:
+        handle = self._handles.pop(workspace_root, None)
+        if handle is not None:
+            handle.client.close()
+
+    def close(self) -> None:
+        for root in list(self._handles):
+            self.forget(root)
+
+    # -- connecting ------------------------------------------------------------------------
+
+    async def _connect(self, workspace_root: str) -> GuardianHandle:
+        paths = guardian_paths(self.config, self.principal, workspace_root)
+        handle = await self._attach(paths)
+        if handle is not None:
+            return handle
+        lost = await asyncio.to_thread(self._start_locked, paths, workspace_root)
+        handle = await self._wait_started(paths)
+        handle.lost_records = lost
+        return handle
+
+    async def _attach(self, paths: GuardianPaths) -> GuardianHandle | None:
+        info = read_info(paths)
+        if info is None:
+            return None
+        identity = ProcessIdentity.from_dict(info)
+        if identity is None or not identity.alive():
+            return None
+        version = Version(MAJOR, known_minor_versions()[-1].minor)
+        client = GuardianClient(
+            info["endpoint"], info["auth_token"], version=version,
+            instance_id=info["instance_id"],
+        )
+        try:
+            hello = await client.call(
+                "hello",
+                {"client_min": [MAJOR, 0], "client_max": [version.major, version.minor]},
+                timeout_s=HELLO_TIMEOUT_S,
+            )
+        except TetherError as err:
+            client.close()
+            if err.code == ErrorCode.PROTOCOL_MISMATCH:
+                raise
+            return None
+        if hello.get("instance_id") != info["instance_id"]:
+            client.close()
+            return None
+        chosen = Version(*hello["version"])
+        client.version = chosen
+        return GuardianHandle(paths, info, client, chosen, frozenset(hello["capabilities"]))
+
+    def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> list[str]:
+        """Under the start lock: reconcile a dead guardian's records and spawn a new one."""
+        with filelock.FileLock(str(paths.start_lock), mode=0o600, timeout=START_TIMEOUT_S):
+            info = read_info(paths)
+            identity = ProcessIdentity.from_dict(info) if info else None
+            if identity is not None and identity.alive():
+                return []  # someone else started it while we waited for the lock
+            lost: list[str] = []
+            if info is not None and paths.catalog.exists():
+                catalog = Catalog(paths.catalog)
+                try:
+                    lost = catalog.mark_lost(owner=str(info.get("instance_id")))
+                finally:
+                    catalog.close()
+                paths.info.unlink(missing_ok=True)
+            self._children.append(spawn_guardian(paths, self.principal, workspace_root))
+            self._await_info(paths)
+            return lost
+
+    def _await_info(self, paths: GuardianPaths) -> None:
+        """Block (in a worker thread) until a live guardian has announced itself."""
+        import time
+
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            info = read_info(paths)
+            ident = ProcessIdentity.from_dict(info) if info else None
+            if ident is not None and ident.alive():
+                return
+            time.sleep(0.02)
+        raise TetherError(
+            ErrorCode.GUARDIAN_START_FAILED,
+            f"the guardian did not start within {START_TIMEOUT_S:g}s; see {paths.log}",
+        )
+
+    async def _wait_started(self, paths: GuardianPaths) -> GuardianHandle:
+        handle = await self._attach(paths)
+        if handle is None:
+            raise TetherError(
+                ErrorCode.GUARDIAN_START_FAILED,
+                f"a guardian started but did not answer its handshake; see {paths.log}",
+            )
+        return handle
+
+
+def read_info(paths: GuardianPaths) -> dict[str, Any] | None:
+    """guardian.json, or None when missing or unreadable."""
+    try:
+        info = json.loads(paths.info.read_text())
+    except (OSError, ValueError):
+        return None
+    required = ("instance_id", "endpoint", "auth_token", "pid", "create_time", "boot_id")
+    if not isinstance(info, dict) or not all(k in info for k in required):
+        return None
+    return info
+
+
+def spawn_guardian(paths: GuardianPaths, principal: str, workspace_root: str,
+                   protocol: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a detached guardian: its own session, stdio to its log, umask 077 (R2)."""
+    argv = [sys.executable, "-m", "guardian", "--workspace", workspace_root,
+            "--principal", principal]
+    if protocol:
+        argv += ["--protocol", protocol]
+    env = dict(os.environ)
+    env.pop("TETHER_EXECUTION_ID", None)
+    log_fd = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+            close_fds=True,
+            umask=0o077,
+            env=env,
+            cwd="/",
+        )
+    finally:
+        os.close(log_fd)

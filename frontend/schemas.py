@@ -1,0 +1,141 @@
+"""Tool input models (pydantic): the MCP input schemas are generated from these."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from protocol.methods import MAX_COLS, MAX_ROWS, MIN_COLS, MIN_ROWS
+
+Id = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class ToolArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InitializeArgs(ToolArgs):
+    """Start or reattach to a thread in a workspace, or show its status."""
+
+    type: Literal["first_call", "status", "reset_shell"] = "first_call"
+    workspace_root: str = Field(description="absolute path of the workspace")
+    thread_id: Id | None = Field(default=None, description="thread to reattach to")
+
+
+class CommandAction(ToolArgs):
+    type: Literal["command"]
+    command: str = Field(min_length=1, description="shell command line (may be multi-line)")
+    is_background: bool = False
+    rows: int | None = Field(default=None, ge=MIN_ROWS, le=MAX_ROWS)
+    cols: int | None = Field(default=None, ge=MIN_COLS, le=MAX_COLS)
+
+
+class StatusCheckAction(ToolArgs):
+    type: Literal["status_check"]
+    execution_id: Id | None = None
+
+
+class SendTextAction(ToolArgs):
+    type: Literal["send_text"]
+    text: str
+    execution_id: Id | None = None
+    submit: bool = False
+
+
+class SendKeysAction(ToolArgs):
+    type: Literal["send_keys"]
+    keys: list[str] = Field(min_length=1, max_length=64)
+    execution_id: Id | None = None
+
+
+class ScreenAction(ToolArgs):
+    type: Literal["screen"]
+    execution_id: Id | None = None
+    lines: int | None = Field(default=None, ge=1, le=MAX_ROWS)
+
+
+BashAction = Annotated[
+    CommandAction | StatusCheckAction | SendTextAction | SendKeysAction | ScreenAction,
+    Field(discriminator="type"),
+]
+
+
+class BashCommandArgs(ToolArgs):
+    """Run a command in the thread's shell (or in the background), check on it, type into
+    it, or read its screen."""
+
+    thread_id: Id
+    workspace_root: str
+    action_json: BashAction
+    wait_for_seconds: float | None = Field(default=None, ge=0, le=60)
+
+    @field_validator("action_json", mode="before")
+    @classmethod
+    def _accept_json_text(cls, value: Any) -> Any:
+        # Some clients send the action as a JSON string rather than an object.
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("action_json must be an object or a JSON object string") from None
+        return value
+
+
+class ObserveItemArgs(ToolArgs):
+    execution_id: Id
+    source: Literal["output", "screen", "detection"] = "output"
+    page_bytes: int = 2048
+    cursor: str | None = None
+
+
+class ListAction(ToolArgs):
+    type: Literal["list"]
+    limit: int = Field(default=20, ge=1, le=128)
+
+
+class GetAction(ToolArgs):
+    type: Literal["get"]
+    execution_id: Id
+
+
+class ReadAction(ToolArgs):
+    type: Literal["read"]
+    execution_id: Id
+    source: Literal["output", "screen", "detection"] = "output"
+    page_bytes: int = Field(default=16 * 1024, ge=4, le=64 * 1024)
+    cursor: str | None = None
+
+
+class ObserveAction(ToolArgs):
+    type: Literal["observe"]
+    items: list[ObserveItemArgs]
+    timeout_seconds: float = Field(default=5, ge=0, le=30)
+
+
+WaitEvent = Literal[
+    "state", "output", "exited", "awaiting_input", "awaiting_approval", "busy", "unknown"
+]
+
+
+class WaitAction(ToolArgs):
+    type: Literal["wait"]
+    execution_ids: list[Id] = Field(min_length=1, max_length=32)
+    after: str | None = None
+    timeout_seconds: float = Field(default=5, ge=0, le=30)
+    events: list[WaitEvent] | None = None
+
+
+ExecutionAction = Annotated[
+    ListAction | GetAction | ReadAction | ObserveAction | WaitAction,
+    Field(discriminator="type"),
+]
+
+
+class ExecutionArgs(ToolArgs):
+    """Look back at what ran: list, get, read pages, observe several, wait for changes."""
+
+    thread_id: Id
+    workspace_root: str
+    action: ExecutionAction

@@ -1,0 +1,83 @@
+"""The MCP server: lists the tools and dispatches calls (low-level ``mcp.server.Server``).
+
+Every call's arguments are validated by the tool's pydantic model; every failure becomes a
+tool result with ``is_error`` and a stable code, never a protocol error.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from pydantic import ValidationError
+
+from frontend import results
+from frontend.guardians import GuardianLocator
+from frontend.tools import all_tools
+from frontend.tools.base import Session
+from protocol.errors import ErrorCode, TetherError
+from shared.config import Config
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "tether"
+SERVER_VERSION = "0.1.0"
+
+
+def build_server(config: Config | None = None, principal: str = "local") -> Server[Any]:
+    """An MCP server whose tools talk to this machine's guardians."""
+    session = Session(locator=GuardianLocator(config or Config.from_env(), principal),
+                      principal=principal)
+    tools = {tool.name: tool for tool in all_tools()}
+
+    async def list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool.definition() for tool in tools.values()])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        tool = tools.get(params.name)
+        if tool is None:
+            return results.error(TetherError(
+                ErrorCode.INVALID_REQUEST,
+                f"unknown tool {params.name!r}; tools: {', '.join(tools)}",
+            ))
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(done, total, message)
+
+        try:
+            args = tool.args_model.model_validate(params.arguments or {})
+            return await tool.run(session, args, progress)
+        except ValidationError as exc:
+            return results.error(TetherError(
+                ErrorCode.INVALID_REQUEST, _describe(exc), {"input_sent": False}
+            ))
+        except TetherError as err:
+            return results.error(err)
+        except ValueError as exc:
+            return results.error(TetherError(ErrorCode.INVALID_REQUEST, str(exc),
+                                             {"input_sent": False}))
+        except Exception:
+            log.exception("tool %s failed", params.name)
+            return results.error(TetherError(
+                ErrorCode.INTERNAL, "internal error in the Tether front-end; see its stderr log"
+            ))
+
+    return Server(
+        SERVER_NAME,
+        version=SERVER_VERSION,
+        instructions="Terminals that survive restarts. Call Initialize first.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:6]:
+        where = ".".join(str(p) for p in error["loc"]) or "arguments"
+        parts.append(f"{where}: {error['msg']}")
+    return "invalid arguments: " + "; ".join(parts)

@@ -1,0 +1,56 @@
+"""What every tool has: a name, a description, an input model, and a ``run``."""
+
+from __future__ import annotations
+
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import mcp_types as types
+from pydantic import BaseModel
+
+from frontend.guardians import GuardianLocator
+from shared.paths import canonical_workspace
+
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+@dataclass
+class Session:
+    """What a tool call may use: the guardian locator and the caller's principal."""
+
+    locator: GuardianLocator
+    principal: str
+
+    def scope(self, thread_id: str, workspace_root: str) -> tuple[str, dict[str, Any]]:
+        """Canonical workspace and the scope params every thread-scoped RPC carries."""
+        root = canonical_workspace(workspace_root)
+        return root, {"principal": self.principal, "workspace_root": root, "thread_id": thread_id}
+
+    @staticmethod
+    def idempotency_key() -> str:
+        """A fresh key per tool call: a transport-level repeat of this call delivers once."""
+        return secrets.token_hex(16)
+
+
+class Tool(ABC):
+    """Base class of the tools; subclasses set the class attributes and ``run``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    args_model: ClassVar[type[BaseModel]]
+    annotations: ClassVar[types.ToolAnnotations | None] = None
+
+    def definition(self) -> types.Tool:
+        return types.Tool(
+            name=self.name,
+            description=self.description,
+            input_schema=self.args_model.model_json_schema(),
+            annotations=self.annotations,
+        )
+
+    @abstractmethod
+    async def run(self, session: Session, args: Any, progress: Progress) -> types.CallToolResult:
+        """Carry out one validated call."""

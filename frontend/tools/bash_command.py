@@ -1,0 +1,128 @@
+"""``BashCommand``: run, check, type into, and look at terminals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import mcp_types as types
+
+from frontend import results
+from frontend.schemas import (
+    BashCommandArgs,
+    CommandAction,
+    ScreenAction,
+    SendKeysAction,
+    SendTextAction,
+    StatusCheckAction,
+)
+from frontend.tools.base import Progress, Session, Tool
+from protocol.methods import DEFAULT_COLS, DEFAULT_ROWS
+
+DEFAULT_WAIT_S = 5.0
+#: Time for the RPC beyond the wait itself (delivery, rendering, transport).
+RPC_SLACK_S = 10.0
+PROGRESS_EVERY_S = 1.0
+
+
+class BashCommandTool(Tool):
+    name = "BashCommand"
+    description = (
+        "Run a shell command in the thread's persistent shell (type=command), or in its own "
+        "terminal with is_background=true; check on it (status_check), type into it "
+        "(send_text, send_keys), or read its screen (screen). Waits up to wait_for_seconds "
+        "(default 5, max 60) and returns as soon as the command ends; a command still running "
+        "then is status=running with its execution_id."
+    )
+    args_model = BashCommandArgs
+    annotations = types.ToolAnnotations(destructive_hint=True, open_world_hint=True)
+
+    async def run(
+        self, session: Session, args: BashCommandArgs, progress: Progress
+    ) -> types.CallToolResult:
+        root, scope = session.scope(args.thread_id, args.workspace_root)
+        action = args.action_json
+        wait_s = DEFAULT_WAIT_S if args.wait_for_seconds is None else args.wait_for_seconds
+        wait_ms = int(wait_s * 1000)
+        method: str
+        params: dict[str, Any]
+        if isinstance(action, CommandAction):
+            method, params = "exec.start", {
+                **scope, "command": action.command, "background": action.is_background,
+                "rows": action.rows or DEFAULT_ROWS, "cols": action.cols or DEFAULT_COLS,
+                "wait_ms": 0 if action.is_background else wait_ms,
+                "idempotency_key": session.idempotency_key(),
+            }
+        elif isinstance(action, StatusCheckAction):
+            method, params = "exec.status", {
+                **scope, "execution_id": action.execution_id, "wait_ms": wait_ms,
+            }
+        elif isinstance(action, SendTextAction | SendKeysAction):
+            method, params = "exec.input", {
+                **scope, "execution_id": action.execution_id,
+                "idempotency_key": session.idempotency_key(), "wait_ms": min(wait_ms, 5000),
+            }
+            if isinstance(action, SendTextAction):
+                params.update(text=action.text, submit=action.submit)
+            else:
+                params["keys"] = action.keys
+        else:
+            assert isinstance(action, ScreenAction)
+            screen = await session.locator.call(
+                root, "exec.screen",
+                {**scope, "execution_id": action.execution_id, "lines": action.lines},
+                timeout_s=RPC_SLACK_S,
+            )
+            return results.ok({"screen": screen}, screen.get("text") or "(empty screen)")
+        reply = await _with_progress(
+            session.locator.call(root, method, params, timeout_s=wait_s + RPC_SLACK_S),
+            progress, wait_s,
+        )
+        return _execution_result(reply)
+
+
+async def _with_progress(call: Any, progress: Progress, wait_s: float) -> Any:
+    """Await ``call`` while sending MCP progress notifications once a second."""
+    task = asyncio.ensure_future(call)
+    elapsed = 0.0
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=PROGRESS_EVERY_S)
+            if done:
+                return task.result()
+            elapsed += PROGRESS_EVERY_S
+            with contextlib.suppress(Exception):  # progress is best-effort
+                await progress(elapsed, wait_s or None, f"waiting ({elapsed:.0f}s)")
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def _execution_result(reply: dict[str, Any]) -> types.CallToolResult:
+    execution = reply["execution"]
+    output = reply.get("output", {})
+    data: dict[str, Any] = {
+        "execution_id": execution["execution_id"],
+        "status": execution["status"],
+        "exit_code": execution["exit_code"],
+        "reason": execution.get("reason"),
+        "cwd": reply.get("cwd"),
+        "output": output.get("text", ""),
+        "output_start": output.get("start"),
+        "output_end": output.get("end"),
+        "output_truncated": output.get("truncated", False),
+        "generation": execution.get("generation"),
+        "kind": execution.get("kind"),
+    }
+    if "input" in reply:
+        data["input_sent"] = reply["input"].get("input_sent", True)
+    text = data["output"]
+    trailer = f"[{data['status']}"
+    if data["exit_code"] is not None:
+        trailer += f", exit code {data['exit_code']}"
+    trailer += f"; execution {data['execution_id']}; cwd {data['cwd']}]"
+    if data["output_truncated"]:
+        trailer += (f"\n[output truncated: showing the tail from byte {data['output_start']}; "
+                    "page the rest with Execution.read]")
+    return results.ok(data, f"{text}\n{trailer}" if text else trailer)

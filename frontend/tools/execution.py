@@ -1,0 +1,96 @@
+"""``Execution`` (read-only): list, get, read, observe and wait over recorded executions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+
+from frontend import results
+from frontend.schemas import (
+    ExecutionArgs,
+    GetAction,
+    ListAction,
+    ObserveAction,
+    ReadAction,
+    WaitAction,
+)
+from frontend.tools.base import Progress, Session, Tool
+from protocol.errors import ErrorCode
+
+RPC_SLACK_S = 5.0
+
+
+class ExecutionTool(Tool):
+    name = "Execution"
+    description = (
+        "Look back at what ran in this thread (read-only). action.type: list {limit}, get "
+        "{execution_id}, read {execution_id, source: output|screen|detection, page_bytes, "
+        "cursor}, observe {items (1-32), timeout_seconds}, wait {execution_ids, after, events, "
+        "timeout_seconds}."
+    )
+    args_model = ExecutionArgs
+    annotations = types.ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, open_world_hint=False
+    )
+
+    async def run(
+        self, session: Session, args: ExecutionArgs, progress: Progress
+    ) -> types.CallToolResult:
+        root, scope = session.scope(args.thread_id, args.workspace_root)
+        action = args.action
+        call = session.locator.call
+        if isinstance(action, ListAction):
+            data = await call(root, "exec.list", {**scope, "limit": action.limit},
+                              timeout_s=RPC_SLACK_S)
+            lines = [f"{r['execution_id']} {r['status']} {r['exit_code']} {r['command'][:80]}"
+                     for r in data["executions"]]
+            return results.ok(data, "\n".join(lines) or "no executions yet")
+        if isinstance(action, GetAction):
+            data = await call(root, "exec.get", {**scope, "execution_id": action.execution_id},
+                              timeout_s=RPC_SLACK_S)
+            return results.ok(data, results.json_text(data["execution"]))
+        if isinstance(action, ReadAction):
+            data = await call(
+                root, "exec.read",
+                {**scope, "execution_id": action.execution_id, "source": action.source,
+                 "page_bytes": action.page_bytes, "cursor": action.cursor},
+                timeout_s=RPC_SLACK_S,
+            )
+            return results.ok(data, data["text"] or "(empty page)")
+        if isinstance(action, ObserveAction):
+            timeout_ms = int(action.timeout_seconds * 1000)
+            data = await call(
+                root, "exec.observe",
+                {**scope, "items": [item.model_dump() for item in action.items],
+                 "timeout_ms": timeout_ms},
+                timeout_s=(timeout_ms / 1000 or 0.25) + RPC_SLACK_S,
+            )
+            if data.pop("completed_with_issues", False):
+                return results.issues(
+                    data, ErrorCode.EXECUTION_OBSERVATION_ISSUES.value,
+                    "some observe items failed; see each item's errors",
+                )
+            return results.ok(data, _observe_text(data))
+        assert isinstance(action, WaitAction)
+        timeout_ms = int(action.timeout_seconds * 1000)
+        data = await call(
+            root, "exec.wait",
+            {**scope, "execution_ids": action.execution_ids, "after": action.after,
+             "timeout_ms": timeout_ms, "events": action.events},
+            timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
+        )
+        text = f"{data['outcome']}: " + ", ".join(
+            f"{r['execution_id']} {r['status']}" for r in data["changed"]
+        )
+        return results.ok(data, text)
+
+
+def _observe_text(data: dict[str, Any]) -> str:
+    parts = []
+    for item in data["items"]:
+        execution = item.get("execution") or {}
+        page = item.get("page") or {}
+        parts.append(f"## {execution.get('execution_id')} {execution.get('status')}\n"
+                     f"{page.get('text', '')}")
+    return "\n".join(parts)

@@ -1,0 +1,183 @@
+"""The guardian process: lock, bind, announce, serve, and exit cleanly (SPEC R2-R4).
+
+Order matters: the exclusive lock is taken before the socket is bound (a second ZeroMQ bind
+to an ipc path silently steals the endpoint), and ``guardian.json`` is written only once the
+socket is bound, so a front-end that reads it can connect at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import uuid
+from typing import Any
+
+import filelock
+import zmq
+import zmq.asyncio
+
+from guardian.executions import ExecutionManager, process_env
+from guardian.service import GuardianService
+from protocol.transport import RouterServer
+from protocol.versions import Capability, Version, capabilities_for, current_version
+from shared.catalog import Catalog
+from shared.clock import Clock
+from shared.config import Config
+from shared.identity import ProcessIdentity
+from shared.paths import GuardianPaths, guardian_paths, write_private_file
+
+log = logging.getLogger(__name__)
+
+#: Capabilities this build implements. The advertised version is derived from it.
+IMPLEMENTED = frozenset({Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT})
+
+#: Exit code when another guardian already serves this key (not an error for a racer).
+EXIT_ALREADY_RUNNING = 3
+
+
+class AlreadyRunning(Exception):
+    """Another guardian holds this key's lock."""
+
+
+class Guardian:
+    """One guardian for one (principal, workspace)."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        principal: str,
+        workspace_root: str,
+        protocol: Version | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.principal = principal
+        self.workspace_root = workspace_root
+        self.clock = clock or Clock()
+        self.version = protocol or current_version(IMPLEMENTED)
+        self.capabilities = capabilities_for(self.version)
+        if not self.capabilities <= IMPLEMENTED:
+            raise ValueError(f"this build cannot speak protocol {self.version}")
+        self.instance_id = str(uuid.uuid4())
+        self.paths: GuardianPaths = guardian_paths(config, principal, workspace_root)
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+        self._last_activity = self.clock.monotonic()
+
+    def run(self) -> int:
+        """Run in the foreground until SIGTERM, shutdown, or idleness. Returns an exit code."""
+        lock = filelock.FileLock(str(self.paths.lock), mode=0o600)
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            log.info("another guardian already serves %s", self.workspace_root)
+            return EXIT_ALREADY_RUNNING
+        try:
+            asyncio.run(self._main())
+        finally:
+            lock.release()
+        return 0
+
+    async def _main(self) -> None:
+        os.umask(0o077)
+        catalog = Catalog(self.paths.catalog, self.clock)
+        lost = catalog.mark_lost(except_owner=self.instance_id)
+        if lost:
+            log.warning("records of an earlier guardian marked unknown: %s", lost)
+        manager = ExecutionManager(
+            catalog=catalog,
+            paths=self.paths,
+            principal=self.principal,
+            workspace_root=self.workspace_root,
+            instance_id=self.instance_id,
+            clock=self.clock,
+            base_env=process_env(),
+        )
+        identity = ProcessIdentity.of(os.getpid())
+        assert identity is not None
+        auth = secrets.token_hex(32)
+        service = GuardianService(
+            manager=manager,
+            instance_id=self.instance_id,
+            identity=identity.to_dict(),
+            auth_token=auth,
+            version=self.version,
+            capabilities=self.capabilities,
+            clock=self.clock,
+            on_activity=self._touch,
+            on_shutdown=self.request_stop,
+        )
+        context = zmq.asyncio.Context()
+        server = RouterServer(self.paths.endpoint, service.handle_frame, context)
+        self.paths.socket.unlink(missing_ok=True)  # left by a crashed predecessor; we hold the lock
+        server.bind()
+        self._announce(identity, auth)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+        serve_task = loop.create_task(server.serve())
+        idle_task = loop.create_task(self._idle_watch(manager))
+        log.info("guardian %s serving %s (protocol %s)", self.instance_id, self.workspace_root,
+                 self.version)
+        await self._stop.wait()
+        log.info("guardian stopping: %s", self._stop_reason)
+        idle_task.cancel()
+        # Answer in-flight requests that are about to finish, then stop listening.
+        self._withdraw()
+        await manager.shutdown()
+        serve_task.cancel()
+        await asyncio.gather(serve_task, idle_task, return_exceptions=True)
+        server.close()
+        context.term()
+        catalog.close()
+        self.paths.socket.unlink(missing_ok=True)
+
+    def _announce(self, identity: ProcessIdentity, auth: str) -> None:
+        """Write guardian.json (0600): identity, endpoint, protocol, capabilities, token (R3)."""
+        info: dict[str, Any] = {
+            "instance_id": self.instance_id,
+            **identity.to_dict(),
+            "endpoint": self.paths.endpoint,
+            "protocol": str(self.version),
+            "capabilities": sorted(str(c) for c in self.capabilities),
+            "auth_token": auth,
+            "principal": self.principal,
+            "workspace_root": self.workspace_root,
+            "started_unix_ms": self.clock.now_ms(),
+            "log": str(self.paths.log),
+        }
+        write_private_file(self.paths.info, json.dumps(info, indent=2).encode())
+
+    def _withdraw(self) -> None:
+        """Remove guardian.json if it is still ours."""
+        try:
+            info = json.loads(self.paths.info.read_text())
+        except (OSError, ValueError):
+            return
+        if info.get("instance_id") == self.instance_id:
+            self.paths.info.unlink(missing_ok=True)
+
+    def _touch(self) -> None:
+        self._last_activity = self.clock.monotonic()
+
+    def request_stop(self, reason: str) -> None:
+        """Begin a clean shutdown (signal handler, ``guardian.shutdown``, idleness)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    async def _idle_watch(self, manager: ExecutionManager) -> None:
+        """Exit after the idle period with no request and no running execution (R4)."""
+        idle_s = self.config.guardian_idle_s
+        while True:
+            await asyncio.sleep(min(max(idle_s / 4, 0.05), 60.0))
+            if manager.has_running_work():
+                self._touch()
+            elif self.clock.monotonic() - self._last_activity >= idle_s:
+                self.request_stop(f"idle for {idle_s:g}s")
+                return

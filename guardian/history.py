@@ -1,0 +1,328 @@
+"""The read side of history: ``exec.read``, ``exec.observe`` and ``exec.wait`` (SPEC §6).
+
+Pages of ``output`` are raw journal ranges (offsets stay offsets into the raw journal) whose
+text is rendered for a model; pages end on UTF-8 boundaries and never inside an escape
+sequence. Pages of ``screen`` are slices of one screen snapshot; a cursor remembers which
+snapshot, and a changed screen is ``resync_required`` instead of a page that would not
+concatenate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from guardian.journal import Journal
+from guardian.render import render_output
+from protocol.envelope import Request
+from protocol.errors import ErrorCode, TetherError
+from protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
+from shared.cursors import CursorSigner, load_secret
+
+if TYPE_CHECKING:
+    from guardian.executions import ExecutionManager
+
+MAX_OBSERVE_ITEMS = 32
+MIN_PAGE, MAX_PAGE = 4, 65_536
+MAX_OBSERVE_BUDGET = 65_536
+ZERO_TIMEOUT_BUDGET_S = 0.25
+
+_COMPACT_FIELDS = (
+    "execution_id", "kind", "status", "exit_code", "reason", "started_unix_ms",
+    "ended_unix_ms", "observed_at_unix_ms", "output_start", "output_end", "output_pending",
+    "output_activity_seq", "generation",
+)
+
+
+def utf8_safe_end(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character
+    (or inside an escape sequence), but never 0 for non-empty data."""
+    end = len(data)
+    # Back off over continuation bytes to the lead byte of the last character.
+    i = end - 1
+    while i >= 0 and end - i <= 4 and (data[i] & 0xC0) == 0x80:
+        i -= 1
+    if i >= 0:
+        lead = data[i]
+        need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4
+        if lead >= 0x80 and end - i < need:
+            end = i
+    # Do not cut an escape sequence in two: its halves would render as garbage.
+    esc = data.rfind(b"\x1b", max(0, end - 64), end)
+    if esc > 0 and not _sequence_complete(data[esc:end]):
+        end = esc
+    return end if end > 0 else len(data)
+
+
+def _sequence_complete(seq: bytes) -> bool:
+    if len(seq) < 2:
+        return False
+    if seq[1:2] == b"[":
+        return any(0x40 <= b <= 0x7E for b in seq[2:])
+    if seq[1:2] == b"]":
+        return b"\x07" in seq or b"\x1b\\" in seq
+    return True
+
+
+class History:
+    """Read-side handlers over one execution manager."""
+
+    def __init__(self, manager: ExecutionManager) -> None:
+        self.m = manager
+        self.signer = CursorSigner(load_secret(manager.paths.state / "cursor.key"))
+
+    def handlers(self) -> dict[str, Callable[[Request, Any], Awaitable[dict[str, Any]]]]:
+        return {"exec.read": self.read, "exec.observe": self.observe, "exec.wait": self.wait}
+
+    # -- read ------------------------------------------------------------------------------
+
+    def _scope(self, params: Scoped, execution_id: str, source: str) -> dict[str, str]:
+        return {
+            "p": params.principal, "w": params.workspace_root, "t": params.thread_id,
+            "e": execution_id, "s": source,
+        }
+
+    async def read(self, request: Request, params: ExecReadParams) -> dict[str, Any]:
+        self.m.thread_for(params)
+        record = self.m.record_for(params, params.execution_id)
+        page = self._page(params, record, params.source, params.page_bytes, params.cursor)
+        return {**page, "execution": self.m.view(record)}
+
+    def _page(
+        self, params: Scoped, record: dict[str, Any], source: str, page_bytes: int,
+        cursor: str | None,
+    ) -> dict[str, Any]:
+        scope = self._scope(params, record["execution_id"], source)
+        state = self.signer.verify(cursor, scope) if cursor else {}
+        if source == "output":
+            return self._output_page(record, scope, page_bytes, state)
+        return self._snapshot_page(record, scope, source, page_bytes, state)
+
+    def _journal(self, execution_id: str) -> Journal:
+        live = self.m.live.get(execution_id)
+        return live.journal if live is not None else Journal(self.m.paths.journals, execution_id)
+
+    def _output_page(
+        self, record: dict[str, Any], scope: dict[str, str], page_bytes: int,
+        state: dict[str, Any],
+    ) -> dict[str, Any]:
+        journal = self._journal(record["execution_id"])
+        offset = int(state.get("o", journal.start))
+        gap = max(0, journal.start - offset)
+        offset = max(offset, journal.start)
+        raw = journal.read(offset, page_bytes)
+        if len(raw) == page_bytes or offset + len(raw) < journal.end:
+            raw = raw[: utf8_safe_end(raw)]
+        end = offset + len(raw)
+        page: dict[str, Any] = {
+            "text": render_output(raw),
+            "start": offset,
+            "end": end,
+            "has_more": end < journal.end,
+            "next_cursor": self.signer.sign(scope, {"o": end}),
+        }
+        if gap:
+            page["gap"] = gap
+        return page
+
+    def _snapshot_text(self, record: dict[str, Any], source: str) -> str:
+        live = self.m.live.get(record["execution_id"])
+        if source == "screen":
+            if live is not None:
+                return live.screen.snapshot().text
+            return str(record.get("screen_text") or "")
+        detection = self.m.detection_for(record, live)
+        return detection
+
+    def _snapshot_page(
+        self, record: dict[str, Any], scope: dict[str, str], source: str, page_bytes: int,
+        state: dict[str, Any],
+    ) -> dict[str, Any]:
+        data = self._snapshot_text(record, source).encode()
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        offset = int(state.get("o", 0))
+        page: dict[str, Any] = {}
+        if state and state.get("h") != digest:
+            # The screen changed under the cursor: start again from fresh data.
+            page["resync_required"] = True
+            offset = 0
+        chunk = data[offset : offset + page_bytes]
+        if offset + len(chunk) < len(data):
+            chunk = chunk[: utf8_safe_end(chunk)]
+        end = offset + len(chunk)
+        page.update(
+            text=chunk.decode("utf-8", "replace"),
+            start=offset,
+            end=end,
+            has_more=end < len(data),
+            next_cursor=self.signer.sign(scope, {"o": end, "h": digest}),
+        )
+        return page
+
+    # -- observe ---------------------------------------------------------------------------
+
+    async def observe(self, request: Request, params: ExecObserveParams) -> dict[str, Any]:
+        _validate_observe(params)
+        self.m.thread_for(params)
+        loop = asyncio.get_running_loop()
+        budget = params.timeout_ms / 1000 or ZERO_TIMEOUT_BUDGET_S
+        deadline = loop.time() + budget
+        items: list[dict[str, Any]] = [{"errors": []} for _ in params.items]
+        # Refresh each distinct execution once: bring its screen up to date.
+        refreshed: set[str] = set()
+        for item, out in zip(params.items, items, strict=True):
+            if item.execution_id in refreshed:
+                continue
+            refreshed.add(item.execution_id)
+            live = self.m.live.get(item.execution_id)
+            if live is not None and live.thread_id == params.thread_id:
+                try:
+                    live.screen.snapshot()
+                except Exception as exc:  # a broken emulator must not sink the siblings
+                    out["errors"].append(
+                        {"stage": "refresh", "code": ErrorCode.INTERNAL.value, "message": str(exc)}
+                    )
+            if loop.time() > deadline:
+                raise TetherError(
+                    ErrorCode.DEADLINE_EXPIRED,
+                    f"observe did not finish within its {budget:g}s deadline",
+                )
+        with self.m.catalog.snapshot():
+            records = self.m.catalog.get_executions(
+                sorted({item.execution_id for item in params.items})
+            )
+            for item, out in zip(params.items, items, strict=True):
+                record = records.get(item.execution_id)
+                if record is None or record["thread_id"] != params.thread_id:
+                    out["errors"].append({
+                        "stage": "read", "code": ErrorCode.NOT_FOUND.value,
+                        "message": f"no execution {item.execution_id!r} in this thread",
+                    })
+                    out["execution"] = None
+                    out["status"] = "error"
+                    continue
+                view = self.m.view(record)
+                out["execution"] = {k: view.get(k) for k in _COMPACT_FIELDS}
+                try:
+                    out["page"] = self._page(
+                        params, record, item.source, item.page_bytes, item.cursor
+                    )
+                except TetherError as err:
+                    out["errors"].append(
+                        {"stage": "read", "code": err.code.value, "message": err.message}
+                    )
+                out["status"] = "error" if out["errors"] else "ok"
+            catalog_cursor = self.m.catalog.change_seq()
+        issues = any(out["errors"] for out in items)
+        result: dict[str, Any] = {"items": items, "catalog_cursor": catalog_cursor}
+        if issues:
+            result["completed_with_issues"] = True
+        return result
+
+    # -- wait ------------------------------------------------------------------------------
+
+    async def wait(self, request: Request, params: ExecWaitParams) -> dict[str, Any]:
+        self.m.thread_for(params)
+        ids = list(dict.fromkeys(params.execution_ids))
+        scope = {"p": params.principal, "w": params.workspace_root, "t": params.thread_id,
+                 "e": ",".join(sorted(ids)), "s": "wait"}
+        events = set(params.events or ["state", "output", "exited", "unknown"])
+        loop = asyncio.get_running_loop()
+        budget = params.timeout_ms / 1000
+        deadline = loop.time() + (budget if budget > 0 else ZERO_TIMEOUT_BUDGET_S)
+        baseline = self.signer.verify(params.after, scope) if params.after else self._baseline(ids)
+        while True:
+            outcome = self._changes(params, ids, baseline, events)
+            if outcome is not None or budget == 0 or loop.time() >= deadline:
+                break
+            await self.m.notifier.wait(deadline - loop.time())
+        if outcome is None:
+            outcome = ("timeout", [])
+        kind, changed = outcome
+        return {
+            "outcome": kind,
+            "changed": changed,
+            "cursor": self.signer.sign(scope, self._baseline(ids)),
+        }
+
+    def _baseline(self, ids: list[str]) -> dict[str, Any]:
+        records = self.m.catalog.get_executions(ids)
+        ends = {eid: self.m.view(r)["output_end"] for eid, r in records.items()}
+        return {"seq": self.m.catalog.change_seq(), "out": ends, "rec": self.m.recognition_states(ids)}
+
+    def _changes(
+        self, params: ExecWaitParams, ids: list[str], baseline: dict[str, Any], events: set[str]
+    ) -> tuple[str, list[dict[str, Any]]] | None:
+        records = self.m.catalog.get_executions(ids)
+        known = baseline.get("out", {})
+        if any(eid in known and eid not in records for eid in ids):
+            return "resync", []  # a watched record was pruned since the cursor
+        if int(baseline.get("seq", 0)) > self.m.catalog.change_seq():
+            return "resync", []
+        missing = [eid for eid in ids if eid not in records or records[eid]["thread_id"] != params.thread_id]
+        if missing:
+            raise TetherError(
+                ErrorCode.NOT_FOUND, f"no execution {missing[0]!r} in this thread",
+                {"execution_ids": missing},
+            )
+        changed = []
+        rec_base = baseline.get("rec", {})
+        rec_now = self.m.recognition_states(ids)
+        for eid in ids:
+            record = records[eid]
+            view = self.m.view(record)
+            hit = False
+            persisted_change = int(record["change_seq"]) > int(baseline.get("seq", 0))
+            if persisted_change and "state" in events:
+                hit = True
+            if persisted_change and record["status"] == "exited" and "exited" in events:
+                hit = True
+            if persisted_change and record["status"] == "unknown" and "unknown" in events:
+                hit = True
+            if "output" in events and view["output_end"] > int(known.get(eid, view["output_end"])):
+                hit = True
+            state = rec_now.get(eid)
+            if state != rec_base.get(eid) and state in events:
+                hit = True
+            if hit:
+                changed.append(view)
+        return ("changed", changed) if changed else None
+
+
+def _validate_observe(params: ExecObserveParams) -> None:
+    """Reject the whole request before any work (SPEC §6 observe)."""
+    count = len(params.items)
+    if not 1 <= count <= MAX_OBSERVE_ITEMS:
+        raise TetherError(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"observe takes 1-{MAX_OBSERVE_ITEMS} items; got {count}",
+            {"rule": "observe_item_count", "limit": MAX_OBSERVE_ITEMS},
+        )
+    seen: set[tuple[str, str]] = set()
+    total = 0
+    for index, item in enumerate(params.items):
+        pair = (item.execution_id, item.source)
+        if pair in seen:
+            raise TetherError(
+                ErrorCode.INVALID_REQUEST,
+                f"item {index} repeats execution {item.execution_id} with source {item.source}; "
+                "each execution/source pair may appear once",
+                {"rule": "observe_duplicate_item", "index": index},
+            )
+        seen.add(pair)
+        if not MIN_PAGE <= item.page_bytes <= MAX_PAGE:
+            raise TetherError(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"item {index} asks for a {item.page_bytes}-byte page; pages are "
+                f"{MIN_PAGE}-{MAX_PAGE} bytes",
+                {"rule": "observe_page_bytes", "index": index},
+            )
+        total += item.page_bytes
+    if total > MAX_OBSERVE_BUDGET:
+        raise TetherError(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"observe pages add up to {total} bytes; the sum may be at most {MAX_OBSERVE_BUDGET}",
+            {"rule": "observe_total_budget", "limit": MAX_OBSERVE_BUDGET},
+        )

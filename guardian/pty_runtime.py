@@ -1,0 +1,235 @@
+"""One child process in a real PTY, driven by the guardian's event loop.
+
+The reader only hands bytes on (SPEC R18): whoever owns the runtime appends them to a
+journal and a lazy screen. Exit is observed through a pidfd, so there is no polling and no
+SIGCHLD handler; ptyprocess stays the one reaper (NOTES: a second reaper breaks it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ptyprocess import PtyProcess
+
+from shared.identity import ProcessIdentity
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 256 * 1024
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """How a runtime ended: an exit code, or the signal that killed it."""
+
+    exit_code: int | None
+    signal: int | None
+
+    @property
+    def shell_style_code(self) -> int:
+        """The code a shell would report (128 + signal for a killed process)."""
+        if self.exit_code is not None:
+            return self.exit_code
+        return 128 + (self.signal or 0)
+
+
+class PtyRuntime:
+    """A process in a PTY. Call :meth:`start` on the event loop's thread."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        rows: int,
+        cols: int,
+        on_output: Callable[[bytes], None],
+        on_exit: Callable[[ExitStatus], None],
+    ) -> None:
+        self.argv = list(argv)
+        self._env = dict(env)
+        self._cwd = cwd
+        self.rows, self.cols = rows, cols
+        self._on_output = on_output
+        self._on_exit = on_exit
+        self._proc: PtyProcess | None = None
+        self._pidfd: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.identity: ProcessIdentity | None = None
+        self.exit_status: ExitStatus | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> ProcessIdentity:
+        """Spawn the child and start watching its output and its exit."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        proc = PtyProcess.spawn(
+            self.argv, cwd=self._cwd, env=self._env, dimensions=(self.rows, self.cols)
+        )
+        self._proc = proc
+        os.set_blocking(proc.fd, False)
+        identity = ProcessIdentity.of(proc.pid)
+        if identity is None:  # exited before we could look: still a real, finished process
+            from shared.identity import boot_id
+
+            identity = ProcessIdentity(proc.pid, 0.0, boot_id())
+        self.identity = identity
+        loop.add_reader(proc.fd, self._read_available)
+        self._pidfd = os.pidfd_open(proc.pid)
+        loop.add_reader(self._pidfd, self._child_exited)
+        return identity
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else int(self._proc.pid)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self.exit_status is None
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _read_available(self) -> bool:
+        """Read what the PTY has now; returns False once the PTY is closed (EOF/EIO)."""
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            return False
+        try:
+            data = os.read(proc.fd, READ_CHUNK)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                log.warning("pty read failed: %s", exc)
+            self._stop_reading()
+            return False
+        if not data:
+            self._stop_reading()
+            return False
+        self._on_output(data)
+        return True
+
+    def _stop_reading(self) -> None:
+        if self._loop is not None and self._proc is not None and self._proc.fd >= 0:
+            self._loop.remove_reader(self._proc.fd)
+
+    def _drain(self) -> None:
+        """Read everything the child wrote before it exited (NOTES: read until EOF)."""
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            return
+        while True:
+            try:
+                data = os.read(proc.fd, READ_CHUNK)
+            except OSError:  # EAGAIN: nothing more now; EIO: no writer left
+                return
+            if not data:
+                return
+            self._on_output(data)
+
+    def _child_exited(self) -> None:
+        proc = self._proc
+        assert proc is not None and self._loop is not None and self._pidfd is not None
+        self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = None
+        self._drain()
+        try:
+            proc.isalive()  # reaps: sets exitstatus / signalstatus
+        except Exception:  # pragma: no cover - only if something else reaped our child
+            log.exception("could not reap pid %s", proc.pid)
+        self.exit_status = ExitStatus(proc.exitstatus, proc.signalstatus)
+        # Grandchildren may still hold the PTY open; keep reading their output until EOF,
+        # but the runtime's own process has ended now.
+        self._on_exit(self.exit_status)
+
+    # -- input and control -----------------------------------------------------------------
+
+    async def write(self, data: bytes, *, timeout_s: float) -> int:
+        """Write all of ``data`` to the PTY, waiting for room; returns bytes written.
+
+        Raises TimeoutError (with ``.written`` set) when the program does not read its input
+        within ``timeout_s``: the caller reports a partial, uncertain delivery.
+        """
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            raise BrokenPipeError("runtime has no terminal")
+        loop = asyncio.get_running_loop()
+        view = memoryview(data)
+        written = 0
+        deadline = loop.time() + timeout_s
+        while written < len(data):
+            try:
+                written += os.write(proc.fd, view[written:])
+                continue
+            except BlockingIOError:
+                pass
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(proc.fd, _resolve, ready)
+            try:
+                await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                err = TimeoutError(f"terminal accepted only {written} of {len(data)} bytes")
+                err.written = written  # type: ignore[attr-defined]
+                raise err from None
+            finally:
+                loop.remove_writer(proc.fd)
+        return written
+
+    def write_nowait(self, data: bytes) -> None:
+        """Best-effort write for answers to terminal queries (cursor position, device
+        attributes). A full input buffer means the program is not reading; dropping the
+        answer then is what a real terminal does too."""
+        proc = self._proc
+        if proc is not None and proc.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(proc.fd, data)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the window size; the kernel sends SIGWINCH to the foreground process group."""
+        self.rows, self.cols = rows, cols
+        if self._proc is not None and self.alive:
+            self._proc.setwinsize(rows, cols)
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the runtime's process group (its session leader's group)."""
+        pid = self.pid
+        if pid is None or self.exit_status is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpgid(pid), sig)
+
+    def hangup(self) -> None:
+        """What a closing terminal does: SIGHUP (and SIGCONT so stopped jobs see it)."""
+        self.signal_group(signal.SIGHUP)
+        self.signal_group(signal.SIGCONT)
+
+    def close(self) -> None:
+        """Release the PTY fd and watchers without blocking (never ptyprocess.close)."""
+        loop, proc = self._loop, self._proc
+        if loop is not None and self._pidfd is not None:
+            loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if proc is not None and proc.fd >= 0:
+            if loop is not None:
+                loop.remove_reader(proc.fd)
+            with contextlib.suppress(OSError):
+                proc.fileobj.close()  # owns the fd: closing it here avoids a double close
+            proc.fd = -1
+            # Tell ptyprocess it is closed so its __del__ does not sleep or kill.
+            proc.closed = True

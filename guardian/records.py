@@ -1,0 +1,46 @@
+"""Shaping execution records for the wire, and the output tail returned with a command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guardian.journal import Journal
+from guardian.live import LiveExecution
+from guardian.render import render_output
+
+#: Raw bytes of the journal tail rendered into a BashCommand result, and the text kept.
+RESULT_TAIL_BYTES = 64 * 1024
+RESULT_TAIL_CHARS = 16 * 1024
+
+#: Internal catalog columns that are not part of the record contract.
+_HIDDEN = ("seq", "change_seq")
+
+
+def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+    """The record as clients see it, with live output figures merged in.
+
+    Output figures of a running execution move with every byte; they are read from the
+    journal instead of being persisted per chunk, so ``observed_at_unix_ms`` is not touched.
+    """
+    view = {k: v for k, v in record.items() if k not in _HIDDEN}
+    if live is not None:
+        view["output_start"] = live.journal.start
+        view["output_end"] = live.journal.end
+        view["output_activity_seq"] = live.activity_seq
+    return view
+
+
+def output_tail(journal: Journal) -> dict[str, Any]:
+    """The rendered tail of an execution's output, with the offsets to page the rest."""
+    end = journal.end
+    start = max(journal.start, end - RESULT_TAIL_BYTES)
+    raw = journal.read(start, end - start)
+    text = render_output(raw, max_chars=RESULT_TAIL_CHARS)
+    truncated = start > journal.start or len(text) >= RESULT_TAIL_CHARS
+    return {
+        "text": text,
+        "start": start,
+        "end": end,
+        "truncated": truncated,
+        "retained_start": journal.start,
+    }

@@ -1,0 +1,69 @@
+"""Retention of execution records and their output (SPEC R17).
+
+Per thread: at most 128 records and 16 MiB of output + screen text; terminal records expire
+24 h after they became terminal. Pruning is lazy (it runs inside catalog operations),
+removes the oldest terminal records first, and never evicts a running record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass
+
+from guardian.journal import Journal
+from shared.catalog import TERMINAL_STATUSES, Catalog
+from shared.clock import Clock
+from shared.paths import GuardianPaths
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionLimits:
+    max_records: int = 128
+    max_bytes: int = 16 * 1024 * 1024
+    ttl_ms: int = 24 * 3600 * 1000
+
+
+class Retention:
+    """Prunes one guardian's catalog and journals."""
+
+    def __init__(
+        self, catalog: Catalog, paths: GuardianPaths, clock: Clock,
+        limits: RetentionLimits | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.paths = paths
+        self.clock = clock
+        self.limits = limits or RetentionLimits()
+
+    def prune_thread(self, thread_id: str, protect: Set[str]) -> list[str]:
+        """Apply the limits to one thread; returns the pruned execution ids."""
+        rows = self.catalog.thread_records_for_pruning(thread_id)
+        now = self.clock.now_ms()
+
+        def evictable(row: dict[str, object]) -> bool:
+            return row["status"] in TERMINAL_STATUSES and row["execution_id"] not in protect
+
+        def expired(row: dict[str, object]) -> bool:
+            terminal_at = row["terminal_unix_ms"]
+            return isinstance(terminal_at, int) and now - terminal_at > self.limits.ttl_ms
+
+        victims = [str(r["execution_id"]) for r in rows if evictable(r) and expired(r)]
+        kept = [r for r in rows if not (evictable(r) and expired(r))]
+
+        def size(row: dict[str, object]) -> int:
+            out = int(row["output_end"]) - int(row["output_start"])  # type: ignore[call-overload]
+            return out + int(row["screen_bytes"])  # type: ignore[call-overload]
+
+        total = sum(size(row) for row in kept)
+        for row in list(kept):  # oldest first
+            if len(kept) <= self.limits.max_records and total <= self.limits.max_bytes:
+                break
+            if evictable(row):
+                kept.remove(row)
+                total -= size(row)
+                victims.append(str(row["execution_id"]))
+        if victims:
+            for execution_id in victims:
+                Journal(self.paths.journals, execution_id).delete()
+            self.catalog.delete_executions(victims)
+        return victims

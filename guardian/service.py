@@ -1,0 +1,311 @@
+"""The guardian's RPC surface: one handler per method, registered in one table.
+
+:meth:`GuardianService.handle_frame` is the only entry point from the socket. It decodes
+with limits, checks auth, version, capability, target instance and deadline (R6-R9) before
+any handler runs, so a refused request never acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from guardian.executions import ExecutionManager
+from protocol import codec
+from protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
+from protocol.errors import ErrorCode, TetherError
+from protocol.methods import (
+    INSTANCE_OPTIONAL,
+    METHODS,
+    ExecGetParams,
+    ExecInputParams,
+    ExecListParams,
+    ExecScreenParams,
+    ExecStartParams,
+    ExecStatusParams,
+    HelloParams,
+    Params,
+    ResetShellParams,
+    ShutdownParams,
+    ThreadOpenParams,
+)
+from protocol.versions import MAJOR, Capability, Version
+from shared.clock import Clock
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Request, Any], Awaitable[dict[str, Any]]]
+
+#: Time kept back from a request's deadline so the answer reaches the client in time.
+REPLY_MARGIN_S = 0.05
+
+
+class GuardianService:
+    """Validates requests and runs their handlers against the execution manager."""
+
+    def __init__(
+        self,
+        *,
+        manager: ExecutionManager,
+        instance_id: str,
+        identity: dict[str, Any],
+        auth_token: str,
+        version: Version,
+        capabilities: frozenset[Capability],
+        clock: Clock,
+        on_activity: Callable[[], None],
+        on_shutdown: Callable[[str], None],
+    ) -> None:
+        self.manager = manager
+        self.instance_id = instance_id
+        self.identity = identity
+        self._auth = auth_token
+        self.version = version
+        self.capabilities = capabilities
+        self.clock = clock
+        self._on_activity = on_activity
+        self._on_shutdown = on_shutdown
+        self._handlers: dict[str, Handler] = {
+            "hello": self.hello,
+            "guardian.shutdown": self.shutdown,
+            "thread.open": self.thread_open,
+            "thread.reset_shell": self.reset_shell,
+            "exec.start": self.exec_start,
+            "exec.status": self.exec_status,
+            "exec.input": self.exec_input,
+            "exec.screen": self.exec_screen,
+            "exec.list": self.exec_list,
+            "exec.get": self.exec_get,
+        }
+        self._handlers.update(manager.history_handlers())
+        missing = set(METHODS) - set(self._handlers)
+        assert not missing, f"methods without handlers: {missing}"
+
+    # -- the socket entry point ------------------------------------------------------------
+
+    async def handle_frame(self, frame: bytes) -> bytes | None:
+        """Answer one frame. Never raises: every failure becomes an error reply."""
+        rid: str | None = None
+        try:
+            obj = codec.decode(frame)
+            rid = request_id_of(obj)
+            request = parse_request(obj)
+            params = self._admit(request)
+            self._on_activity()
+            result = await self._handlers[request.method](request, params)
+            return codec.encode(ok_response(self.version, request.id, result))
+        except TetherError as err:
+            return codec.encode(error_response(self.version, rid, err))
+        except Exception:
+            log.exception("handler failed")
+            err = TetherError(ErrorCode.INTERNAL, "the guardian hit an internal error; see its log")
+            return codec.encode(error_response(self.version, rid, err))
+
+    def _admit(self, request: Request) -> Params:
+        """Every check that must pass before a handler may act (R6-R9)."""
+        if not hmac.compare_digest(request.auth.encode(), self._auth.encode()):
+            raise TetherError(ErrorCode.UNAUTHORIZED, "bad auth token")
+        if request.version.major != MAJOR:
+            raise TetherError(
+                ErrorCode.PROTOCOL_MISMATCH,
+                f"client speaks protocol {request.version}, this guardian speaks "
+                f"{MAJOR}.0-{self.version}",
+                {"client": str(request.version), "guardian": str(self.version)},
+            )
+        entry = METHODS.get(request.method)
+        if entry is None:
+            raise TetherError(ErrorCode.UNKNOWN_METHOD, f"unknown method {request.method!r}")
+        model, capability = entry
+        if capability is not None and capability not in self.capabilities:
+            raise TetherError(
+                ErrorCode.CAPABILITY_MISSING,
+                f"this guardian speaks protocol {self.version}, which has no {capability}",
+                {
+                    "capability": str(capability),
+                    "guardian_protocol": str(self.version),
+                    "input_sent": False,
+                },
+            )
+        if request.method not in INSTANCE_OPTIONAL and request.guardian_instance_id != self.instance_id:
+            raise TetherError(
+                ErrorCode.WRONG_GUARDIAN,
+                "request was addressed to guardian instance "
+                f"{request.guardian_instance_id!r}, not {self.instance_id!r}; not acted upon",
+                {"input_sent": False, "guardian_instance_id": self.instance_id},
+            )
+        if request.deadline_unix_ms <= self.clock.now_ms():
+            raise TetherError(
+                ErrorCode.DEADLINE_EXPIRED,
+                "request arrived after its deadline; not acted upon",
+                {"input_sent": False},
+            )
+        try:
+            return model.model_validate(request.params)
+        except ValidationError as exc:
+            raise TetherError(ErrorCode.INVALID_REQUEST, _validation_message(exc)) from None
+
+    def _remaining_s(self, request: Request) -> float:
+        return max(0.0, request.deadline_unix_ms / 1000 - self.clock.now_ms() / 1000 - REPLY_MARGIN_S)
+
+    # -- handlers --------------------------------------------------------------------------
+
+    async def hello(self, request: Request, params: HelloParams) -> dict[str, Any]:
+        """Handshake (R7): version chosen, identity, capabilities."""
+        lo, hi = Version(*params.client_min), Version(*params.client_max)
+        if not lo.major <= MAJOR <= hi.major:
+            raise TetherError(
+                ErrorCode.PROTOCOL_MISMATCH,
+                f"client supports protocol {lo}-{hi}; this guardian speaks {MAJOR}.0-{self.version}",
+                {"client_range": [str(lo), str(hi)], "guardian_range": ["1.0", str(self.version)]},
+            )
+        chosen = min(self.version, hi) if hi.major == MAJOR else self.version
+        return {
+            "version": [chosen.major, chosen.minor],
+            "guardian_protocol": str(self.version),
+            "instance_id": self.instance_id,
+            "identity": self.identity,
+            "capabilities": sorted(str(c) for c in self.capabilities),
+            "workspace_root": self.manager.workspace_root,
+            "principal": self.manager.principal,
+        }
+
+    async def shutdown(self, request: Request, params: ShutdownParams) -> dict[str, Any]:
+        running = self.manager.running_ids()
+        self._on_shutdown(params.reason)
+        return {"stopping": True, "running_executions": running}
+
+    async def thread_open(self, request: Request, params: ThreadOpenParams) -> dict[str, Any]:
+        return await self.manager.open_thread(params)
+
+    async def reset_shell(self, request: Request, params: ResetShellParams) -> dict[str, Any]:
+        return await self._idempotent(
+            params.principal,
+            params.idempotency_key,
+            request,
+            params,
+            lambda: self.manager.reset_shell(params),
+        )
+
+    async def exec_start(self, request: Request, params: ExecStartParams) -> dict[str, Any]:
+        remaining = self._remaining_s(request)
+        outcome = await self._idempotent(
+            params.principal,
+            params.idempotency_key,
+            request,
+            params,
+            lambda: self.manager.start(params, write_timeout_s=min(remaining, 5.0)),
+        )
+        return await self.manager.wait_result(
+            outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
+        )
+
+    async def exec_status(self, request: Request, params: ExecStatusParams) -> dict[str, Any]:
+        execution_id = self.manager.resolve_status_target(params)
+        return await self.manager.wait_result(
+            execution_id, min(params.wait_ms / 1000, self._remaining_s(request))
+        )
+
+    async def exec_input(self, request: Request, params: ExecInputParams) -> dict[str, Any]:
+        remaining = self._remaining_s(request)
+        outcome = await self._idempotent(
+            params.principal,
+            params.idempotency_key,
+            request,
+            params,
+            lambda: self.manager.send_input(params, write_timeout_s=min(remaining, 5.0)),
+        )
+        result = await self.manager.settle_result(
+            outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
+        )
+        result["input"] = outcome
+        return result
+
+    async def exec_screen(self, request: Request, params: ExecScreenParams) -> dict[str, Any]:
+        return self.manager.screen(params)
+
+    async def exec_list(self, request: Request, params: ExecListParams) -> dict[str, Any]:
+        return self.manager.list_records(params)
+
+    async def exec_get(self, request: Request, params: ExecGetParams) -> dict[str, Any]:
+        return {"execution": self.manager.get_record(params)}
+
+    # -- idempotency (R9) ------------------------------------------------------------------
+
+    async def _idempotent(
+        self,
+        principal: str,
+        key: str,
+        request: Request,
+        params: BaseModel,
+        deliver: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """Deliver at most once per idempotency key.
+
+        The key is recorded as ``delivering`` before any byte is typed and replaced by the
+        outcome right after; a repeat returns that outcome (``replayed: true``) without
+        delivering again, and a repeat that finds ``delivering`` (the first attempt died
+        mid-way) says the delivery is unknown instead of guessing.
+        """
+        catalog = self.manager.catalog
+        fingerprint = _fingerprint(request.method, params)
+        stored = catalog.idempotent_result(principal, key)
+        if stored is not None:
+            method, stored_fingerprint, outcome = stored
+            if method != request.method or stored_fingerprint != fingerprint:
+                raise TetherError(
+                    ErrorCode.INVALID_REQUEST,
+                    "idempotency key was already used for a different request; use a new key",
+                    {"input_sent": False},
+                )
+            if outcome.get("state") == "delivering":
+                raise TetherError(
+                    ErrorCode.GUARDIAN_UNAVAILABLE,
+                    "an earlier attempt with this idempotency key did not finish; whether its "
+                    "input was delivered is unknown, and it will not be sent again",
+                    {"input_sent": "unknown"},
+                )
+            if "error" in outcome:
+                raise TetherError.from_wire(outcome["error"])
+            return {**outcome, "replayed": True}
+        catalog.remember_result(principal, key, request.method, fingerprint, {"state": "delivering"})
+        try:
+            outcome = await deliver()
+        except TetherError as err:
+            if err.data.get("input_sent") is False:
+                # Nothing was typed: remember the refusal so a repeat gets the same answer.
+                catalog.remember_result(
+                    principal, key, request.method, fingerprint, {"error": err.to_wire()}
+                )
+            raise
+        catalog.remember_result(principal, key, request.method, fingerprint, outcome)
+        return outcome
+
+
+def _fingerprint(method: str, params: BaseModel) -> str:
+    """What makes two requests "the same" for idempotency (waits do not)."""
+    data = params.model_dump(mode="json", exclude={"wait_ms"})
+    blob = json.dumps([method, data], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error["loc"]) or "params"
+        parts.append(f"{where}: {error['msg']}")
+    return "invalid params: " + "; ".join(parts)
+
+
+async def cancel_and_wait(tasks: set[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them to finish."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,157 @@
+"""A thread's main shell: interactive bash in a PTY with Tether's shell integration.
+
+Commands are written to a private file and run by typing `` . <file>`` at the prompt, so
+multi-line commands, heredocs and unbalanced quotes behave exactly as in a script (one
+command line, one ``C`` marker, one ``D`` marker) instead of leaving the shell waiting at a
+continuation prompt. The bytes between ``C`` and ``D`` are the execution's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from guardian.live import LiveExecution
+from guardian.pty_runtime import ExitStatus, PtyRuntime
+from guardian.screen import TerminalScreen
+from guardian.shell_markers import Marker, MarkerScanner, rc_text
+from shared.identity import ProcessIdentity
+from shared.paths import write_private_file
+
+
+class ShellListener(Protocol):
+    """What the guardian wants to hear from a main shell."""
+
+    def command_finished(self, live: LiveExecution, exit_code: int | None) -> None: ...
+
+    def shell_exited(self, shell: MainShell, status: ExitStatus) -> None: ...
+
+    def command_discarded(self, live: LiveExecution) -> None: ...
+
+    def output_arrived(self) -> None: ...
+
+
+class MainShell:
+    """The interactive shell of one thread, at one generation."""
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        generation: int,
+        cwd: str,
+        env: Mapping[str, str],
+        scratch: Path,
+        rows: int,
+        cols: int,
+        listener: ShellListener,
+    ) -> None:
+        self.thread_id = thread_id
+        self.generation = generation
+        self.cwd = cwd
+        self._scratch = scratch
+        self._listener = listener
+        nonce = secrets.token_hex(8)
+        self._scanner = MarkerScanner(nonce)
+        self.rc_path = scratch / f"bashrc-{thread_id}-{generation}"
+        write_private_file(self.rc_path, rc_text(nonce).encode())
+        self.screen = TerminalScreen(cols=cols, rows=rows, respond=self._respond)
+        self.runtime = PtyRuntime(
+            ["bash", "--rcfile", str(self.rc_path), "-i"],
+            env=env,
+            cwd=cwd if os.path.isdir(cwd) else str(Path.home()),
+            rows=rows,
+            cols=cols,
+            on_output=self._on_output,
+            on_exit=self._on_exit,
+        )
+        self.current: LiveExecution | None = None
+        self._in_command = False  # between a C and a D marker
+        self._command_file: Path | None = None
+        # Set by D, reported at the OSC 7 that follows it, when the new cwd is known.
+        self._finished: tuple[LiveExecution, int | None] | None = None
+        # Set at the first prompt: typing before it races the shell's startup.
+        self.ready = asyncio.Event()
+        # The typed command line has not started running yet (no C since it was typed).
+        self._awaiting_start = False
+
+    def start(self) -> ProcessIdentity:
+        return self.runtime.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.runtime.alive
+
+    @property
+    def busy(self) -> bool:
+        """A command (ours, or one typed by hand) is running in the foreground."""
+        return self.current is not None or self._in_command
+
+    def command_file(self, execution_id: str, command: str) -> str:
+        """Write ``command`` to a private file; return the line to type for it."""
+        path = self._scratch / f"cmd-{execution_id}.sh"
+        write_private_file(path, command.encode() + b"\n")
+        self._command_file = path
+        # A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc).
+        return f" . {shlex.quote(str(path))}\r"
+
+    def attach(self, live: LiveExecution) -> None:
+        """``live`` is the execution whose output the next C..D window belongs to."""
+        self.current = live
+        self._awaiting_start = True
+
+    def _respond(self, data: bytes) -> None:
+        self.runtime.write_nowait(data)
+
+    def _on_output(self, data: bytes) -> None:
+        self.screen.feed(data)
+        current = self.current
+        for piece in self._scanner.feed(data):
+            if isinstance(piece, Marker):
+                self._on_marker(piece)
+            elif self._in_command and current is not None:
+                current.append_output(piece)
+        self._listener.output_arrived()
+
+    def _on_marker(self, marker: Marker) -> None:
+        if marker.kind == "A":
+            self.ready.set()
+            if self._awaiting_start and self.current is not None:
+                # A new prompt although our line never started: the terminal discarded it
+                # (an interrupt flushes the tty's input queue). It did not run.
+                live, self.current = self.current, None
+                self._awaiting_start = False
+                self._listener.command_discarded(live)
+        elif marker.kind == "C":
+            self._in_command = True
+            self._awaiting_start = False
+        elif marker.kind == "D":
+            self._in_command = False
+            live, self.current = self.current, None
+            if self._command_file is not None:
+                self._command_file.unlink(missing_ok=True)
+                self._command_file = None
+            if live is not None:
+                self._finished = (live, marker.exit_code)
+        elif marker.kind == "cwd" and marker.cwd:
+            self.cwd = marker.cwd
+            # OSC 7 follows D in the same printf: the command is over and the cwd known.
+            finished = self._finished
+            if finished is not None:
+                self._finished = None
+                self._listener.command_finished(*finished)
+
+    def _on_exit(self, status: ExitStatus) -> None:
+        self._in_command = False
+        if self._command_file is not None:
+            self._command_file.unlink(missing_ok=True)
+        self._listener.shell_exited(self, status)
+
+    def close(self) -> None:
+        self.runtime.close()
+        self.rc_path.unlink(missing_ok=True)

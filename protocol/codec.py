@@ -1,0 +1,85 @@
+"""msgpack encoding with explicit limits for untrusted bytes (SPEC R6).
+
+The guardian decodes whatever arrives on its socket, so every size the decoder could be asked
+to allocate is capped before allocation, maps may only have string keys, and nesting depth is
+bounded after decoding (msgpack's own recursion cap is far above what Tether ever sends).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from protocol.errors import ErrorCode, TetherError
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    """Upper bounds for one decoded frame."""
+
+    max_frame_bytes: int = 4 * 1024 * 1024
+    max_str_len: int = 1024 * 1024
+    max_bin_len: int = 2 * 1024 * 1024
+    max_array_len: int = 4096
+    max_map_len: int = 256
+    max_depth: int = 16
+
+
+DEFAULT_LIMITS = DecodeLimits()
+
+
+def encode(obj: Any) -> bytes:
+    """Encode a message; bytes stay bytes and strings stay UTF-8 strings."""
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+def decode(frame: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Decode one untrusted frame, refusing anything over ``limits``.
+
+    Raises :class:`TetherError` with ``invalid_request`` (malformed) or ``limit_exceeded``.
+    """
+    if len(frame) > limits.max_frame_bytes:
+        raise TetherError(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"frame of {len(frame)} bytes exceeds the {limits.max_frame_bytes}-byte limit",
+        )
+    try:
+        obj = msgpack.unpackb(
+            frame,
+            raw=False,
+            strict_map_key=True,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
+            max_ext_len=0,
+        )
+    except ValueError as exc:
+        # msgpack reports both malformed input and exceeded limits as ValueError.
+        code = ErrorCode.LIMIT_EXCEEDED if "exceeds" in str(exc) else ErrorCode.INVALID_REQUEST
+        raise TetherError(code, f"undecodable frame: {exc}") from None
+    except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
+        raise TetherError(ErrorCode.INVALID_REQUEST, f"undecodable frame: {exc}") from None
+    _check_depth(obj, limits.max_depth)
+    return obj
+
+
+def _check_depth(obj: Any, max_depth: int) -> None:
+    """Refuse structures nested deeper than ``max_depth`` (iteratively: no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            raise TetherError(
+                ErrorCode.LIMIT_EXCEEDED, f"message nested deeper than {max_depth} levels"
+            )
+        stack.extend((child, depth + 1) for child in children)

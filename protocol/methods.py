@@ -1,0 +1,153 @@
+"""The RPC methods: their params models and the capability each one needs.
+
+Params models ignore unknown keys (a newer front-end may send fields an older guardian does
+not know) but validate every known field strictly. Results are plain msgpack maps whose
+shapes are documented on the guardian handler that produces them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol.versions import Capability
+
+# Limits shared by both sides (SPEC §5, §6). The front-end checks them before sending so a
+# request over a limit never reaches the guardian; the guardian checks them again.
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_TEXT_BYTES = 64 * 1024
+MAX_KEYS = 64
+MAX_WAIT_MS = 60_000
+MIN_ROWS, MAX_ROWS = 2, 500
+MIN_COLS, MAX_COLS = 10, 1000
+DEFAULT_ROWS, DEFAULT_COLS = 40, 120
+MAX_IDEMPOTENCY_KEY = 128
+
+ExecutionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ThreadId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)]
+
+
+class Params(BaseModel):
+    """Base for every params model: unknown keys ignored, known keys strict."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class HelloParams(Params):
+    client_min: tuple[int, int] = (1, 0)
+    client_max: tuple[int, int] = (1, 0)
+    capabilities: list[str] = Field(default_factory=list, max_length=64)
+
+
+class Scoped(Params):
+    """Every thread-scoped call names the principal, workspace and thread it acts for."""
+
+    principal: str = Field(min_length=1, max_length=128)
+    workspace_root: str = Field(min_length=1, max_length=4096)
+    thread_id: ThreadId
+
+
+class ThreadOpenParams(Params):
+    principal: str = Field(min_length=1, max_length=128)
+    workspace_root: str = Field(min_length=1, max_length=4096)
+    thread_id: ThreadId | None = None
+
+
+class ResetShellParams(Scoped):
+    idempotency_key: IdempotencyKey
+
+
+class ExecStartParams(Scoped):
+    command: str = Field(min_length=1)
+    background: bool = False
+    rows: int = Field(default=DEFAULT_ROWS, ge=MIN_ROWS, le=MAX_ROWS)
+    cols: int = Field(default=DEFAULT_COLS, ge=MIN_COLS, le=MAX_COLS)
+    wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
+    idempotency_key: IdempotencyKey
+    generation: int | None = Field(default=None, ge=1)
+    parent_execution_id: ExecutionId | None = None
+
+
+class ExecStatusParams(Scoped):
+    execution_id: ExecutionId | None = None
+    wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
+
+
+class ExecInputParams(Scoped):
+    execution_id: ExecutionId | None = None
+    text: str | None = None
+    keys: list[str] | None = Field(default=None, max_length=MAX_KEYS)
+    submit: bool = False
+    idempotency_key: IdempotencyKey
+    generation: int | None = Field(default=None, ge=1)
+    wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
+
+
+class ExecScreenParams(Scoped):
+    execution_id: ExecutionId | None = None
+    lines: int | None = Field(default=None, ge=1, le=MAX_ROWS)
+
+
+class ExecListParams(Scoped):
+    limit: int = Field(default=20, ge=1, le=128)
+    kind: Literal["command", "background", "agent"] | None = None
+
+
+class ExecGetParams(Scoped):
+    execution_id: ExecutionId
+
+
+class ExecReadParams(Scoped):
+    execution_id: ExecutionId
+    source: Literal["output", "screen", "detection"] = "output"
+    page_bytes: int = Field(default=16 * 1024, ge=4, le=64 * 1024)
+    cursor: str | None = Field(default=None, max_length=1024)
+
+
+class ObserveItem(Params):
+    execution_id: ExecutionId
+    source: Literal["output", "screen", "detection"] = "output"
+    page_bytes: int = 2048
+    cursor: str | None = Field(default=None, max_length=1024)
+
+
+class ExecObserveParams(Scoped):
+    items: list[ObserveItem]
+    timeout_ms: int = Field(default=5000, ge=0, le=30_000)
+
+
+class ExecWaitParams(Scoped):
+    execution_ids: list[ExecutionId] = Field(min_length=1, max_length=32)
+    after: str | None = Field(default=None, max_length=1024)
+    timeout_ms: int = Field(default=5000, ge=0, le=30_000)
+    events: list[
+        Literal["state", "output", "exited", "awaiting_input", "awaiting_approval", "busy", "unknown"]
+    ] | None = None
+
+
+class ShutdownParams(Params):
+    reason: str = Field(default="requested", max_length=200)
+
+
+#: method name -> (params model, capability it needs or None for always-available methods)
+METHODS: dict[str, tuple[type[Params], Capability | None]] = {
+    "hello": (HelloParams, None),
+    "guardian.shutdown": (ShutdownParams, None),
+    "thread.open": (ThreadOpenParams, Capability.EXEC),
+    "thread.reset_shell": (ResetShellParams, Capability.EXEC),
+    "exec.start": (ExecStartParams, Capability.EXEC),
+    "exec.status": (ExecStatusParams, Capability.EXEC),
+    "exec.input": (ExecInputParams, Capability.EXEC),
+    "exec.screen": (ExecScreenParams, Capability.SCREEN),
+    "exec.list": (ExecListParams, Capability.EXEC),
+    "exec.get": (ExecGetParams, Capability.EXEC),
+    "exec.read": (ExecReadParams, Capability.EXEC),
+    "exec.observe": (ExecObserveParams, Capability.OBSERVE),
+    "exec.wait": (ExecWaitParams, Capability.WAIT),
+}
+
+#: Methods that may be sent without naming a guardian instance: they have no side effects
+#: on terminals, so a replay to a restarted guardian (R9) cannot deliver input.
+INSTANCE_OPTIONAL = frozenset({"hello"})

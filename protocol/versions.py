@@ -1,0 +1,85 @@
+"""Protocol versions and the capability table (SPEC R7, R8).
+
+The table is the protocol's history: each minor version adds named capabilities and never
+removes one. A guardian started with ``--protocol 1.N`` advertises and honours exactly the
+union of the sets up to 1.N. Version gates are written once, here: everything else asks
+:func:`capabilities_for` or checks membership in the negotiated set.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class Capability(StrEnum):
+    """Named guardian features."""
+
+    EXEC = "exec"
+    SCREEN = "screen"
+    OBSERVE = "observe"
+    WAIT = "wait"
+    RECOGNITION = "recognition"
+    PROMPT_RECEIPTS = "prompt_receipts"
+
+
+class Version(NamedTuple):
+    """A protocol version ``major.minor``."""
+
+    major: int
+    minor: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        """Parse ``"1.2"``; raises ValueError with the accepted form."""
+        parts = text.split(".")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"protocol version must look like MAJOR.MINOR, got {text!r}")
+        return cls(int(parts[0]), int(parts[1]))
+
+
+MAJOR = 1
+
+#: What each minor version of protocol 1 adds. Append-only.
+CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
+    0: frozenset({Capability.EXEC, Capability.SCREEN}),
+    1: frozenset({Capability.OBSERVE, Capability.WAIT}),
+    2: frozenset({Capability.RECOGNITION, Capability.PROMPT_RECEIPTS}),
+}
+
+
+def capabilities_for(version: Version) -> frozenset[Capability]:
+    """Every capability a guardian speaking ``version`` has."""
+    if version.major != MAJOR or version.minor not in CAPABILITY_HISTORY:
+        raise ValueError(f"unknown protocol version {version}")
+    caps: set[Capability] = set()
+    for minor in range(version.minor + 1):
+        caps |= CAPABILITY_HISTORY[minor]
+    return frozenset(caps)
+
+
+def current_version(implemented: frozenset[Capability]) -> Version:
+    """The highest minor whose capabilities (and all earlier ones) are all implemented."""
+    best = 0
+    for minor in sorted(CAPABILITY_HISTORY):
+        if capabilities_for(Version(MAJOR, minor)) <= implemented:
+            best = minor
+        else:
+            break
+    return Version(MAJOR, best)
+
+
+def minor_introducing(capability: Capability) -> Version:
+    """The version that first offered ``capability`` (for upgrade advice)."""
+    for minor, caps in sorted(CAPABILITY_HISTORY.items()):
+        if capability in caps:
+            return Version(MAJOR, minor)
+    raise ValueError(f"capability {capability} is in no protocol version")
+
+
+def known_minor_versions() -> list[Version]:
+    """Every version of the current major, oldest first."""
+    return [Version(MAJOR, minor) for minor in sorted(CAPABILITY_HISTORY)]

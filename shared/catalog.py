@@ -1,0 +1,324 @@
+"""The execution catalog: threads, execution records and idempotency keys in SQLite.
+
+The guardian owns the catalog; the front-end touches it only to reconcile records of a
+guardian it found dead (R12). WAL mode lets both do so safely from different processes.
+
+Every persisted change to an execution bumps the catalog-wide ``change_seq`` and stamps the
+record's ``observed_at_unix_ms``; an update that changes nothing writes nothing, so
+``observed_at_unix_ms`` is never a heartbeat (R16). ``change_seq`` doubles as the catalog
+cursor that ``Execution.wait`` watches.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shared.clock import Clock
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    workspace_root TEXT NOT NULL,
+    created_unix_ms INTEGER NOT NULL,
+    shell_execution_id TEXT,
+    generation INTEGER NOT NULL DEFAULT 1,
+    cwd TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id TEXT UNIQUE NOT NULL,
+    principal TEXT NOT NULL,
+    workspace_root TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    command TEXT NOT NULL,
+    cwd TEXT,
+    status TEXT NOT NULL,
+    exit_code INTEGER,
+    reason TEXT,
+    started_unix_ms INTEGER NOT NULL,
+    ended_unix_ms INTEGER,
+    terminal_unix_ms INTEGER,
+    observed_at_unix_ms INTEGER NOT NULL,
+    guardian_instance_id TEXT NOT NULL,
+    runtime TEXT,
+    generation INTEGER NOT NULL DEFAULT 1,
+    output_start INTEGER NOT NULL DEFAULT 0,
+    output_end INTEGER NOT NULL DEFAULT 0,
+    output_pending INTEGER NOT NULL DEFAULT 0,
+    output_activity_seq INTEGER NOT NULL DEFAULT 0,
+    screen_text TEXT,
+    recognizer TEXT,
+    parent_execution_id TEXT,
+    labels TEXT NOT NULL DEFAULT '{}',
+    archived_at INTEGER,
+    recovery TEXT,
+    rows INTEGER NOT NULL DEFAULT 40,
+    cols INTEGER NOT NULL DEFAULT 120,
+    change_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS executions_thread ON executions (thread_id, seq);
+CREATE INDEX IF NOT EXISTS executions_change ON executions (change_seq);
+CREATE TABLE IF NOT EXISTS idempotency (
+    principal TEXT NOT NULL,
+    key TEXT NOT NULL,
+    method TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created_unix_ms INTEGER NOT NULL,
+    PRIMARY KEY (principal, key)
+);
+"""
+
+#: Columns stored as JSON text and decoded into Python values on read.
+_JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery")
+_BOOL_COLUMNS = ("output_pending",)
+TERMINAL_STATUSES = ("exited", "unknown")
+
+
+def _decode_row(row: sqlite3.Row) -> dict[str, Any]:
+    record = dict(row)
+    for column in _JSON_COLUMNS:
+        if column in record and record[column] is not None:
+            record[column] = json.loads(record[column])
+    for column in _BOOL_COLUMNS:
+        if column in record:
+            record[column] = bool(record[column])
+    return record
+
+
+def _encode_value(column: str, value: Any) -> Any:
+    if column in _JSON_COLUMNS and value is not None:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if column in _BOOL_COLUMNS:
+        return int(bool(value))
+    return value
+
+
+class Catalog:
+    """Access to one guardian's catalog file."""
+
+    def __init__(self, path: Path, clock: Clock | None = None) -> None:
+        self.path = path
+        self.clock = clock or Clock()
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
+        self._db.row_factory = sqlite3.Row
+        path.chmod(0o600)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?), ('change_seq', 0)",
+            (SCHEMA_VERSION,),
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE: writers queue instead of failing)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction: every read inside sees the same catalog state."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def _bump(self) -> int:
+        self._db.execute("UPDATE meta SET value = value + 1 WHERE key = 'change_seq'")
+        return self.change_seq()
+
+    def change_seq(self) -> int:
+        """The catalog-wide change counter (the ``catalog_cursor`` of Execution)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'change_seq'").fetchone()
+        return int(row[0])
+
+    # -- threads -------------------------------------------------------------------------
+
+    def create_thread(self, thread_id: str, principal: str, workspace_root: str) -> dict[str, Any]:
+        self._db.execute(
+            "INSERT INTO threads (thread_id, principal, workspace_root, created_unix_ms, cwd)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (thread_id, principal, workspace_root, self.clock.now_ms(), workspace_root),
+        )
+        thread = self.get_thread(thread_id)
+        assert thread is not None
+        return thread
+
+    def get_thread(self, thread_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT * FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+        return None if row is None else dict(row)
+
+    def update_thread(self, thread_id: str, **fields: Any) -> None:
+        sets = ", ".join(f"{name} = ?" for name in fields)
+        self._db.execute(
+            f"UPDATE threads SET {sets} WHERE thread_id = ?", (*fields.values(), thread_id)
+        )
+
+    # -- executions ----------------------------------------------------------------------
+
+    def insert_execution(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Insert a new record; stamps ``observed_at_unix_ms`` and ``change_seq``."""
+        with self.transaction():
+            fields = dict(record)
+            fields["observed_at_unix_ms"] = self.clock.now_ms()
+            fields["change_seq"] = self._bump()
+            columns = ", ".join(fields)
+            marks = ", ".join("?" for _ in fields)
+            self._db.execute(
+                f"INSERT INTO executions ({columns}) VALUES ({marks})",
+                [_encode_value(k, v) for k, v in fields.items()],
+            )
+        inserted = self.get_execution(record["execution_id"])
+        assert inserted is not None
+        return inserted
+
+    def update_execution(self, execution_id: str, **fields: Any) -> dict[str, Any] | None:
+        """Persist changed fields only; returns the record, or None when it does not exist.
+
+        When no field differs from what is stored, nothing is written and neither
+        ``observed_at_unix_ms`` nor ``change_seq`` moves.
+        """
+        with self.transaction():
+            current = self.get_execution(execution_id)
+            if current is None:
+                return None
+            changed = {k: v for k, v in fields.items() if current.get(k) != v}
+            if not changed:
+                return current
+            changed["observed_at_unix_ms"] = self.clock.now_ms()
+            changed["change_seq"] = self._bump()
+            sets = ", ".join(f"{name} = ?" for name in changed)
+            self._db.execute(
+                f"UPDATE executions SET {sets} WHERE execution_id = ?",
+                [*(_encode_value(k, v) for k, v in changed.items()), execution_id],
+            )
+        return self.get_execution(execution_id)
+
+    def get_execution(self, execution_id: str) -> dict[str, Any] | None:
+        row = self._db.execute(
+            "SELECT * FROM executions WHERE execution_id = ?", (execution_id,)
+        ).fetchone()
+        return None if row is None else _decode_row(row)
+
+    def get_executions(self, execution_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        marks = ", ".join("?" for _ in execution_ids)
+        rows = self._db.execute(
+            f"SELECT * FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
+        ).fetchall()
+        return {row["execution_id"]: _decode_row(row) for row in rows}
+
+    def list_executions(
+        self, thread_id: str, limit: int, kind: str | None = None
+    ) -> list[dict[str, Any]]:
+        """This thread's records, newest first."""
+        query = "SELECT * FROM executions WHERE thread_id = ?"
+        args: list[Any] = [thread_id]
+        if kind is not None:
+            query += " AND kind = ?"
+            args.append(kind)
+        rows = self._db.execute(query + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
+        return [_decode_row(row) for row in rows]
+
+    def running_executions(self) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT * FROM executions WHERE status = 'running'").fetchall()
+        return [_decode_row(row) for row in rows]
+
+    def mark_lost(self, *, owner: str | None = None, except_owner: str | None = None) -> list[str]:
+        """Every running record owned by ``owner`` (or by anyone but ``except_owner``) becomes
+        ``unknown`` with reason ``guardian_lost`` and no exit code (R12, R13)."""
+        with self.transaction():
+            if owner is not None:
+                rows = self._db.execute(
+                    "SELECT execution_id FROM executions WHERE status = 'running'"
+                    " AND guardian_instance_id = ?",
+                    (owner,),
+                ).fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT execution_id FROM executions WHERE status = 'running'"
+                    " AND guardian_instance_id != ?",
+                    (except_owner or "",),
+                ).fetchall()
+            ids = [row[0] for row in rows]
+            now = self.clock.now_ms()
+            for execution_id in ids:
+                self._db.execute(
+                    "UPDATE executions SET status = 'unknown', exit_code = NULL,"
+                    " reason = 'guardian_lost', terminal_unix_ms = ?, observed_at_unix_ms = ?,"
+                    " change_seq = ? WHERE execution_id = ?",
+                    (now, now, self._bump(), execution_id),
+                )
+        return ids
+
+    def changed_since(self, execution_ids: Sequence[str], after: int) -> list[dict[str, Any]]:
+        marks = ", ".join("?" for _ in execution_ids)
+        rows = self._db.execute(
+            f"SELECT * FROM executions WHERE execution_id IN ({marks}) AND change_seq > ?"
+            " ORDER BY change_seq",
+            [*execution_ids, after],
+        ).fetchall()
+        return [_decode_row(row) for row in rows]
+
+    def delete_executions(self, execution_ids: Sequence[str]) -> None:
+        if not execution_ids:
+            return
+        marks = ", ".join("?" for _ in execution_ids)
+        with self.transaction():
+            self._db.execute(
+                f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
+            )
+            self._bump()
+
+    def thread_records_for_pruning(self, thread_id: str) -> list[dict[str, Any]]:
+        """Oldest first: what retention looks at."""
+        rows = self._db.execute(
+            "SELECT execution_id, status, terminal_unix_ms, output_start, output_end,"
+            " length(coalesce(screen_text, '')) AS screen_bytes FROM executions"
+            " WHERE thread_id = ? ORDER BY seq",
+            (thread_id,),
+        ).fetchall()
+        return [dict(row) for row in rows]
+
+    # -- idempotency ---------------------------------------------------------------------
+
+    def idempotent_result(self, principal: str, key: str) -> tuple[str, str, Any] | None:
+        """``(method, fingerprint, result)`` stored for a key, or None."""
+        row = self._db.execute(
+            "SELECT method, fingerprint, result FROM idempotency WHERE principal = ? AND key = ?",
+            (principal, key),
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0], row[1], json.loads(row[2])
+
+    def remember_result(
+        self, principal: str, key: str, method: str, fingerprint: str, result: Any
+    ) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+            (principal, key, method, fingerprint, json.dumps(result), self.clock.now_ms()),
+        )
+
+    def forget_results_before(self, unix_ms: int) -> None:
+        self._db.execute("DELETE FROM idempotency WHERE created_unix_ms < ?", (unix_ms,))

@@ -1,0 +1,41 @@
+"""The ``tether`` console script: routes each subcommand to the package that owns it.
+
+Subcommands are imported by name only when used, so ``tether serve`` never loads the
+guardian and ``tether guardian`` never loads the MCP stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: subcommand -> (module with a ``main(argv)``, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("frontend.cli", "run the MCP server (stdio)"),
+    "guardian": ("guardian.cli", "run a guardian in the foreground"),
+    "guardians": ("frontend.admin", "list, inspect, stop or restart guardians"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: tether <command> [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    entry = SUBCOMMANDS.get(args[0])
+    if entry is None:
+        print(f"tether: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(entry[0])
+    result: int = module.main(args[1:])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""State and runtime directories, with the permission and owner checks of SPEC R1.
+
+A guardian is keyed by ``(principal, canonical workspace_root)`` (R2); its socket, lock and
+``guardian.json`` live in a private per-key directory under the runtime dir, its catalog,
+journals and log under the state dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import ErrorCode, TetherError
+from shared.config import Config
+
+#: sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+MAX_IPC_PATH_BYTES = 107
+
+
+def canonical_workspace(path: str) -> str:
+    """The canonical form of a workspace root: absolute, symlinks resolved, must be a dir."""
+    if not path or not os.path.isabs(path):
+        raise TetherError(
+            ErrorCode.INVALID_REQUEST, f"workspace_root must be an absolute path, got {path!r}"
+        )
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        raise TetherError(ErrorCode.INVALID_REQUEST, f"workspace_root {path!r} is not a directory")
+    return real
+
+
+def guardian_key(principal: str, workspace_root: str) -> str:
+    """A short stable key for ``(principal, canonical workspace)``."""
+    digest = hashlib.sha256(f"{principal}\0{workspace_root}".encode()).hexdigest()
+    return digest[:20]
+
+
+def ensure_private_dir(path: Path, *, what: str) -> Path:
+    """Create ``path`` (0700) if missing; refuse it if another user owns it or group/other
+    can reach it, as tmux does for its socket directory."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError as exc:
+        raise TetherError(
+            ErrorCode.RUNTIME_DIR_UNSAFE, f"cannot create {what} {path}: {exc.strerror}"
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise TetherError(ErrorCode.RUNTIME_DIR_UNSAFE, f"{what} {path} is not a directory")
+    if st.st_uid != os.getuid():
+        raise TetherError(
+            ErrorCode.RUNTIME_DIR_UNSAFE,
+            f"{what} {path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); "
+            "refusing to use it. Set TETHER_RUNTIME_DIR/TETHER_HOME to a directory you own.",
+        )
+    if st.st_mode & 0o077:
+        raise TetherError(
+            ErrorCode.RUNTIME_DIR_UNSAFE,
+            f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700 "
+            f"(run: chmod 700 {path})",
+        )
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class GuardianPaths:
+    """Every path one guardian uses."""
+
+    key: str
+    runtime: Path  # private per-key runtime directory
+    state: Path  # private per-key state directory
+
+    @property
+    def socket(self) -> Path:
+        return self.runtime / "rpc.sock"
+
+    @property
+    def endpoint(self) -> str:
+        return f"ipc://{self.socket}"
+
+    @property
+    def lock(self) -> Path:
+        return self.runtime / "guardian.lock"
+
+    @property
+    def start_lock(self) -> Path:
+        return self.runtime / "start.lock"
+
+    @property
+    def info(self) -> Path:
+        return self.runtime / "guardian.json"
+
+    @property
+    def catalog(self) -> Path:
+        return self.state / "catalog.sqlite3"
+
+    @property
+    def journals(self) -> Path:
+        return self.state / "journals"
+
+    @property
+    def log(self) -> Path:
+        return self.state / "guardian.log"
+
+    @property
+    def scratch(self) -> Path:
+        """Private files the guardian writes for its shells (rc file, command files)."""
+        return self.runtime / "scratch"
+
+
+def guardian_paths(config: Config, principal: str, workspace_root: str) -> GuardianPaths:
+    """Resolve and create (0700, owner-checked) the directories of one guardian."""
+    key = guardian_key(principal, workspace_root)
+    runtime_root = ensure_private_dir(config.runtime_dir, what="runtime dir")
+    state_root = ensure_private_dir(config.state_home, what="state dir")
+    paths = GuardianPaths(
+        key=key,
+        runtime=ensure_private_dir(runtime_root / key, what="guardian runtime dir"),
+        state=ensure_private_dir(state_root / "guardians" / key, what="guardian state dir"),
+    )
+    if len(str(paths.socket).encode()) > MAX_IPC_PATH_BYTES:
+        raise TetherError(
+            ErrorCode.RUNTIME_DIR_UNSAFE,
+            f"socket path {paths.socket} is longer than {MAX_IPC_PATH_BYTES} bytes; "
+            "set TETHER_RUNTIME_DIR to a shorter directory",
+        )
+    ensure_private_dir(paths.journals, what="journal dir")
+    ensure_private_dir(paths.scratch, what="scratch dir")
+    return paths
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Atomically write ``data`` to ``path`` with mode 0600."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -1,0 +1,63 @@
+"""Shared fixtures: private Tether dirs per test, real MCP clients, and cleanup."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from frontend.server import build_server
+from shared.config import Config
+from tests.helpers import kill_tree
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def tether_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
+    """Private state and runtime dirs (short paths: ipc paths must stay under 107 bytes).
+
+    Everything a test starts inherits TETHER_RUNTIME_DIR, which is how teardown finds and
+    stops every guardian, shell and child it left behind.
+    """
+    base = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))
+    os.chmod(base, 0o700)
+    runtime = base / "run"
+    monkeypatch.setenv("TETHER_HOME", str(base / "state"))
+    monkeypatch.setenv("TETHER_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("TETHER_GUARDIAN_IDLE_S", "600")
+    monkeypatch.delenv("TETHER_EXECUTION_ID", raising=False)
+    yield Config.from_env()
+    kill_tree(runtime)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    return root.resolve()
+
+
+@pytest.fixture
+async def client(tether_env: Config) -> AsyncIterator[Client]:
+    """The real MCP client against an in-process front-end."""
+    async with Client(build_server(tether_env)) as c:
+        yield c
+
+
+def stdio_params(env_extra: dict[str, str] | None = None) -> StdioServerParameters:
+    """How to start ``tether serve`` as a real subprocess over stdio."""
+    env = {k: v for k, v in os.environ.items()}
+    env.update(env_extra or {})
+    tether = Path(sys.executable).with_name("tether")
+    return StdioServerParameters(command=str(tether), args=["serve"], env=env)

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""A scripted coding-agent TUI for end-to-end tests (stdlib only).
+
+Run it in a real PTY::
+
+    python tests/fakes/fake_agent.py --log FILE [--busy-seconds S] [--approval]
+
+It draws, with plain ANSI, what agent CLIs such as Claude Code draw: a header, a transcript,
+and at the bottom an input box (``╭───╮`` / ``│ > text`` / ``╰───╯``) with a hint line.
+Typed characters are echoed into the box. Enter on a non-empty draft appends one JSON line
+``{"received": TEXT}`` to ``--log`` (flushed and fsynced, so a test can count deliveries),
+then the agent is busy for ``--busy-seconds`` (a spinner line ``✻ Working… (esc to
+interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again.
+
+With ``--approval`` a submitted prompt first raises a permission dialog
+(``Do you want to proceed?`` / ``❯ 1. Yes`` / ``2. No``): ``1`` or Enter accepts (then busy as
+above), ``2`` or Escape declines (``● Declined: TEXT``). Escape or Ctrl-C while busy cancels
+(``● Interrupted``). Escape sequences (arrows, focus events) are consumed and ignored; inside a
+bracketed paste (``ESC[200~ … ESC[201~``) newlines belong to the text (shown as ``⏎``, logged
+as ``\n``) instead of submitting it. Ctrl-D, SIGHUP and SIGTERM exit cleanly with the terminal restored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import os
+import select
+import signal
+import sys
+import termios
+import time
+import tty
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Literal
+
+Mode = Literal["idle", "busy", "approval"]
+
+SPINNER = "·✢✳✶✻✽"
+FRAME_SECONDS = 0.2  # spinner redraw period: "a few times per second"
+ESC_WAIT_SECONDS = 0.05  # how long a lone ESC waits for the rest of a sequence
+ESC = "\x1b"
+PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
+PASTED_NEWLINE = "pasted-newline"
+
+
+@dataclass
+class Agent:
+    """The fake agent's whole state; ``draw`` renders it, ``feed`` advances it."""
+
+    log_path: str
+    busy_seconds: float
+    approval: bool
+    mode: Mode = "idle"
+    draft: str = ""
+    pending: str = ""  # the prompt being worked on or awaiting approval
+    busy_until: float = 0.0
+    busy_started: float = 0.0
+    transcript: list[str] = field(default_factory=list)
+    quit: bool = False
+
+    # --- input -------------------------------------------------------------------------
+
+    def key(self, key: str, now: float) -> None:
+        """Handle one key: a character, or ``"escape"`` for a lone Escape."""
+        if key == "\x04":  # Ctrl-D
+            self.quit = True
+        elif self.mode == "approval":
+            self._approval_key(key, now)
+        elif key in ("escape", "\x03"):
+            if self.mode == "busy":
+                self.mode = "idle"
+                self.transcript.append("● Interrupted")
+            elif key == "\x03":
+                self.draft = ""
+        elif key in ("\r", "\n"):
+            if self.mode == "idle" and self.draft.strip():
+                self._submit(self.draft, now)
+        elif key == PASTED_NEWLINE:
+            self.draft += "\n"
+        elif key in ("\x7f", "\x08"):
+            self.draft = self.draft[:-1]
+        elif key.isprintable():
+            self.draft += key  # typed while busy: kept as the next draft, like real agents
+
+    def _submit(self, text: str, now: float) -> None:
+        self._log(text)
+        self.transcript.append(f"❯ {_flat(text)}")
+        self.draft = ""
+        self.pending = text
+        if self.approval:
+            self.mode = "approval"
+        else:
+            self._start_busy(now)
+
+    def _approval_key(self, key: str, now: float) -> None:
+        if key in ("1", "\r", "\n", "y"):
+            self._start_busy(now)
+        elif key in ("2", "n", "escape", "\x03"):
+            self.mode = "idle"
+            self.transcript.append(f"● Declined: {_flat(self.pending)}")
+
+    def _start_busy(self, now: float) -> None:
+        self.mode = "busy"
+        self.busy_started = now
+        self.busy_until = now + self.busy_seconds
+
+    def tick(self, now: float) -> bool:
+        """Advance time: finish the running turn when its time is up. True if it finished."""
+        if self.mode == "busy" and now >= self.busy_until:
+            self.mode = "idle"
+            self.transcript.append(f"● Done: {_flat(self.pending)}")
+            return True
+        return False
+
+    def _log(self, text: str) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"received": text}) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+
+    # --- output ------------------------------------------------------------------------
+
+    def draw(self, now: float, cols: int, rows: int) -> str:
+        """The whole screen as one ANSI string (clear, then every row from the top)."""
+        width = max(20, cols)
+        bottom = self._bottom(now, width)
+        header = [" ✻ Fake Agent v0.1", f"   {os.getcwd()}"[:width], ""]
+        room = max(0, rows - len(header) - len(bottom))
+        body: list[str] = []
+        for entry in self.transcript:
+            body.extend([entry[:width], ""])
+        body = body[-room:] if room else []
+        lines = header + body + [""] * (room - len(body)) + bottom
+        out = ["\x1b[?25l\x1b[H\x1b[2J"]
+        out.append("\r\n".join(line[:width] for line in lines[:rows]))
+        if self.mode != "busy":
+            # Park the cursor after the draft, where a real agent's caret would be.
+            row = rows - len(bottom) + 4 if self.mode == "idle" else rows  # the "│ >" row
+            col = min(width, 5 + len(_flat(self.draft))) if self.mode == "idle" else 1
+            out.append(f"\x1b[{row};{col}H\x1b[?25h")
+        return "".join(out)
+
+    def _bottom(self, now: float, width: int) -> list[str]:
+        inner = width - 2
+        if self.mode == "approval":
+            return [
+                "─" * width,
+                " Bash command",
+                f"   run: {_flat(self.pending)}"[:width],
+                "",
+                " Do you want to proceed?",
+                " ❯ 1. Yes",
+                "   2. No",
+                "",
+                " Esc to cancel",
+            ]
+        box = [
+            "╭" + "─" * inner + "╮",
+            ("│ > " + _flat(self.draft))[: width - 1].ljust(width - 1) + "│",
+            "╰" + "─" * inner + "╯",
+        ]
+        if self.mode == "busy":
+            frame = SPINNER[int((now - self.busy_started) / FRAME_SECONDS) % len(SPINNER)]
+            elapsed = int(now - self.busy_started)
+            return [
+                f"{frame} Working… ({elapsed}s · esc to interrupt)",
+                "",
+                *box,
+                "  esc to interrupt",
+            ]
+        return ["", "", *box, "  ? for shortcuts"]
+
+
+class KeyReader:
+    """Turns raw bytes from the terminal into keys, swallowing escape sequences."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.buffer = ""
+        self.pasting = False
+
+    def read(self) -> list[str] | None:
+        """Keys available now (``None`` at end of input)."""
+        data = os.read(self.fd, 4096)
+        if not data:
+            return None
+        self.buffer += self.decoder.decode(data)
+        if self.buffer.endswith(ESC) and _readable(self.fd, ESC_WAIT_SECONDS):
+            more = os.read(self.fd, 4096)  # the rest of a sequence split across reads
+            self.buffer += self.decoder.decode(more)
+        keys: list[str] = []
+        text, self.buffer = self.buffer, ""
+        i = 0
+        while i < len(text):
+            ch = text[i]
+            if ch != ESC:
+                if self.pasting and ch in "\r\n":
+                    keys.append(PASTED_NEWLINE)
+                    i += 2 if text.startswith("\r\n", i) else 1
+                    continue
+                keys.append(ch)
+                i += 1
+                continue
+            end = _sequence_end(text, i)
+            if end is None:  # a lone Escape key
+                keys.append("escape")
+                i += 1
+                continue
+            if text[i:end] in (PASTE_START, PASTE_END):
+                self.pasting = text[i:end] == PASTE_START
+            i = end  # any other CSI / SS3 / Alt-key sequence is ignored
+        return keys
+
+
+def _sequence_end(text: str, start: int) -> int | None:
+    """End index of the escape sequence at ``start``, or ``None`` for a lone ESC."""
+    if start + 1 >= len(text):
+        return None
+    kind = text[start + 1]
+    if kind == "[":  # CSI: parameters, then one final byte in @..~
+        i = start + 2
+        while i < len(text) and not ("@" <= text[i] <= "~"):
+            i += 1
+        return min(i + 1, len(text))
+    if kind == "O":  # SS3: one more character
+        return min(start + 3, len(text))
+    if kind == ESC:
+        return None
+    return start + 2  # Alt+key
+
+
+def _flat(text: str) -> str:
+    """``text`` on one screen row: newlines shown as ⏎."""
+    return text.replace("\n", "⏎")
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    ready, _, _ = select.select([fd], [], [], timeout)
+    return bool(ready)
+
+
+def _terminal_size() -> tuple[int, int]:
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        return 80, 24
+    return size.columns, size.lines
+
+
+class _Stop(Exception):
+    """Raised from a signal handler to unwind the main loop and restore the terminal."""
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fake agent until Ctrl-D, end of input, SIGHUP or SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--log", required=True, help="append one JSON line per prompt here")
+    parser.add_argument("--busy-seconds", type=float, default=1.5)
+    parser.add_argument("--approval", action="store_true", help="ask before each prompt")
+    args = parser.parse_args(argv)
+
+    agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval)
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd) if os.isatty(fd) else None
+    resized: list[int] = []
+
+    def on_resize(signum: int, frame: FrameType | None) -> None:
+        resized.append(signum)
+
+    signal.signal(signal.SIGHUP, _on_stop_signal)
+    signal.signal(signal.SIGTERM, _on_stop_signal)
+    signal.signal(signal.SIGWINCH, on_resize)
+    out = sys.stdout
+    try:
+        if saved is not None:
+            tty.setraw(fd)
+        out.write("\x1b]0;Fake Agent\x07\x1b[?2004h")  # title; bracketed paste on
+        reader = KeyReader(fd)
+        redraw = True
+        while not agent.quit:
+            now = time.monotonic()
+            redraw = agent.tick(now) or redraw or bool(resized)
+            if redraw or agent.mode == "busy":
+                resized.clear()
+                cols, rows = _terminal_size()
+                out.write(agent.draw(now, cols, rows))
+                out.flush()
+                redraw = False
+            # Busy: wake up for the next spinner frame; idle: only input matters.
+            if not _readable(fd, FRAME_SECONDS if agent.mode == "busy" else 1.0):
+                continue
+            keys = reader.read()
+            if keys is None:
+                break
+            for key in keys:
+                agent.key(key, time.monotonic())
+            redraw = True
+    except _Stop:
+        pass
+    except OSError:
+        pass  # the terminal went away (hang-up): nothing left to restore or draw on
+    finally:
+        # A second SIGTERM must not interrupt the restore below.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            out.write("\x1b[?2004l\x1b[?25h\r\n")
+            out.flush()
+            if saved is not None:
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        except (OSError, termios.error):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

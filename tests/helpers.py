@@ -1,0 +1,67 @@
+"""Helpers for tests: polling with deadlines, and cleaning up every process a test started."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+T = TypeVar("T")
+
+
+def poll(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02,
+         what: str = "condition") -> T:
+    """Return ``check()`` once it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def guardian_infos(runtime_dir: Path) -> list[dict[str, Any]]:
+    infos = []
+    for path in runtime_dir.glob("*/guardian.json"):
+        try:
+            infos.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return infos
+
+
+def processes_with_env(name: str, value: str) -> list[psutil.Process]:
+    """Processes of this user whose environment has ``name=value`` (what tests started)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(name) == value:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def kill_tree(runtime_dir: Path) -> list[int]:
+    """SIGTERM then SIGKILL everything started under ``runtime_dir``; returns what was left."""
+    procs = processes_with_env("TETHER_RUNTIME_DIR", str(runtime_dir))
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in procs]

@@ -1,0 +1,95 @@
+"""BashCommand through the real MCP client, in-process and over stdio (issue 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from shared.config import Config
+from tests.conftest import stdio_params
+from tests.mcp_helpers import bash, call_error, initialize, run
+
+pytestmark = pytest.mark.anyio
+
+
+async def _basic_session(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    assert session["workspace_root"] == str(workspace)
+    assert session["guardian"]["instance_id"]
+    assert "exec" in session["guardian"]["capabilities"]
+
+    hi = await run(client, session, "echo hi")
+    assert (hi["status"], hi["exit_code"], hi["output"].strip()) == ("exited", 0, "hi")
+
+    false = await run(client, session, "false")
+    assert (false["status"], false["exit_code"]) == ("exited", 1)
+
+    await run(client, session, "cd sub")
+    pwd = await run(client, session, "pwd")
+    assert pwd["output"].strip() == str(workspace / "sub")
+    assert pwd["cwd"] == str(workspace / "sub")
+
+    late = await run(client, session, "sleep 2; echo late", wait=0.2)
+    assert late["status"] == "running" and late["exit_code"] is None
+    done = await bash(client, session, {"type": "status_check"}, wait=10)
+    assert done["execution_id"] == late["execution_id"]
+    assert (done["status"], done["exit_code"], done["output"].strip()) == ("exited", 0, "late")
+
+
+async def test_in_process(client: Client, workspace: Path) -> None:
+    await _basic_session(client, workspace)
+
+
+async def test_over_stdio(tether_env: Config, workspace: Path) -> None:
+    async with Client(stdio_params()) as client:
+        await _basic_session(client, workspace)
+
+
+async def test_multiline_and_unbalanced_quotes(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    out = await run(client, session, "for i in 1 2 3; do\n  echo n$i\ndone")
+    assert out["output"].split() == ["n1", "n2", "n3"]
+    bad = await run(client, session, 'echo "unterminated')
+    assert bad["status"] == "exited" and bad["exit_code"] != 0
+    after = await run(client, session, "echo still-alive")
+    assert after["output"].strip() == "still-alive"
+
+
+async def test_shell_busy(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    first = await run(client, session, "sleep 5", wait=0.5)
+    busy = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "command", "command": "echo no"}})
+    assert busy["code"] == "shell_busy"
+    assert busy["data"]["running_execution_id"] == first["execution_id"]
+    assert busy["data"]["input_sent"] is False
+    interrupted = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"]}, wait=5)
+    assert interrupted["execution_id"] == first["execution_id"]
+    final = await bash(client, session, {"type": "status_check"}, wait=5)
+    assert final["status"] == "exited" and final["exit_code"] == 130
+
+
+async def test_session_mismatch_and_bad_input(client: Client, workspace: Path, tmp_path: Path) -> None:
+    session = await initialize(client, workspace)
+    other = tmp_path / "other"
+    other.mkdir()
+    await initialize(client, other)
+    wrong = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": str(other),
+        "action_json": {"type": "command", "command": "echo x"}})
+    assert wrong["code"] == "session_mismatch"
+    bad = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "explode"}})
+    assert bad["code"] == "invalid_request"
+    too_long = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "wait_for_seconds": 61, "action_json": {"type": "status_check"}})
+    assert too_long["code"] == "invalid_request" and "60" in too_long["message"]
+    keys = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "send_keys", "keys": ["Enter", "NoSuchKey"]}})
+    assert keys["code"] in ("invalid_key", "not_running")
