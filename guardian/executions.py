@@ -78,14 +78,13 @@ class ExecutionManager:
         self.shells: dict[str, MainShell] = {}
         self.live: dict[str, LiveExecution] = {}
         self.retention = Retention(catalog, paths, clock)
-        self._history: Any = None
 
     def history_handlers(self) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
         """Handlers of the read-side methods (read, observe, wait), kept in their own module."""
         from guardian.history import History
 
-        self._history = History(self)
-        return self._history.handlers()
+        history = History(self)
+        return history.handlers()
 
     # -- scope -----------------------------------------------------------------------------
 
@@ -109,7 +108,9 @@ class ExecutionManager:
     def record_for(self, params: Scoped, execution_id: str) -> dict[str, Any]:
         """A record of the request's thread; anything else is ``not_found`` (never data)."""
         record = self.catalog.get_execution(execution_id)
-        if record is None or record["thread_id"] != params.thread_id or record["principal"] != params.principal:
+        if record is None or (record["thread_id"], record["principal"]) != (
+            params.thread_id, params.principal
+        ):
             raise TetherError(
                 ErrorCode.NOT_FOUND,
                 f"no execution {execution_id!r} in this thread (it may have been pruned)",

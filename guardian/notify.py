@@ -20,7 +20,7 @@ class ChangeNotifier:
     def notify(self) -> None:
         """Wake every current waiter. Cheap enough for the PTY reader's hot path."""
         self.generation += 1
-        if self._event._waiters:  # type: ignore[attr-defined]  # skip allocation when idle
+        if self._event._waiters:  # skip allocation when nobody waits
             self._event.set()
             self._event = asyncio.Event()
 

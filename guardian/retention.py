@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
+from typing import Any
 
 from guardian.journal import Journal
 from shared.catalog import TERMINAL_STATUSES, Catalog
@@ -40,19 +41,18 @@ class Retention:
         rows = self.catalog.thread_records_for_pruning(thread_id)
         now = self.clock.now_ms()
 
-        def evictable(row: dict[str, object]) -> bool:
+        def evictable(row: dict[str, Any]) -> bool:
             return row["status"] in TERMINAL_STATUSES and row["execution_id"] not in protect
 
-        def expired(row: dict[str, object]) -> bool:
+        def expired(row: dict[str, Any]) -> bool:
             terminal_at = row["terminal_unix_ms"]
             return isinstance(terminal_at, int) and now - terminal_at > self.limits.ttl_ms
 
         victims = [str(r["execution_id"]) for r in rows if evictable(r) and expired(r)]
         kept = [r for r in rows if not (evictable(r) and expired(r))]
 
-        def size(row: dict[str, object]) -> int:
-            out = int(row["output_end"]) - int(row["output_start"])  # type: ignore[call-overload]
-            return out + int(row["screen_bytes"])  # type: ignore[call-overload]
+        def size(row: dict[str, Any]) -> int:
+            return int(row["output_end"]) - int(row["output_start"]) + int(row["screen_bytes"])
 
         total = sum(size(row) for row in kept)
         for row in list(kept):  # oldest first

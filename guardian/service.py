@@ -105,8 +105,8 @@ class GuardianService:
             return codec.encode(error_response(self.version, rid, err))
         except Exception:
             log.exception("handler failed")
-            err = TetherError(ErrorCode.INTERNAL, "the guardian hit an internal error; see its log")
-            return codec.encode(error_response(self.version, rid, err))
+            internal = TetherError(ErrorCode.INTERNAL, "the guardian hit an internal error; see its log")
+            return codec.encode(error_response(self.version, rid, internal))
 
     def _admit(self, request: Request) -> Params:
         """Every check that must pass before a handler may act (R6-R9)."""

@@ -79,6 +79,8 @@ class MainShell:
         self.ready = asyncio.Event()
         # The typed command line has not started running yet (no C since it was typed).
         self._awaiting_start = False
+        # A D marker was seen and its prompt's A marker has not arrived yet.
+        self._prompt_due = False
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
@@ -121,30 +123,33 @@ class MainShell:
     def _on_marker(self, marker: Marker) -> None:
         if marker.kind == "A":
             self.ready.set()
-            if self._awaiting_start and self.current is not None:
+            if self._prompt_due:
+                self._prompt_due = False  # the prompt after the last command: expected
+            elif self._awaiting_start and self.current is not None:
                 # A new prompt although our line never started: the terminal discarded it
                 # (an interrupt flushes the tty's input queue). It did not run.
-                live, self.current = self.current, None
+                discarded, self.current = self.current, None
                 self._awaiting_start = False
-                self._listener.command_discarded(live)
+                self._listener.command_discarded(discarded)
         elif marker.kind == "C":
             self._in_command = True
             self._awaiting_start = False
         elif marker.kind == "D":
             self._in_command = False
-            live, self.current = self.current, None
+            self._prompt_due = True
+            finished, self.current = self.current, None
             if self._command_file is not None:
                 self._command_file.unlink(missing_ok=True)
                 self._command_file = None
-            if live is not None:
-                self._finished = (live, marker.exit_code)
+            if finished is not None:
+                self._finished = (finished, marker.exit_code)
         elif marker.kind == "cwd" and marker.cwd:
             self.cwd = marker.cwd
             # OSC 7 follows D in the same printf: the command is over and the cwd known.
-            finished = self._finished
-            if finished is not None:
+            pending = self._finished
+            if pending is not None:
                 self._finished = None
-                self._listener.command_finished(*finished)
+                self._listener.command_finished(pending[0], pending[1])
 
     def _on_exit(self, status: ExitStatus) -> None:
         self._in_command = False

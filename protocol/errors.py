@@ -73,7 +73,7 @@ class TetherError(Exception):
             return cls(ErrorCode.INTERNAL, "malformed error in reply")
         raw_code = error.get("code")
         try:
-            code = ErrorCode(raw_code)
+            code = ErrorCode(str(raw_code))
         except ValueError:
             code = ErrorCode.INTERNAL
         data = error.get("data")

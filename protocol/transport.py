@@ -99,7 +99,8 @@ class GuardianClient:
         try:
             # IMMEDIATE=1: nothing is queued unless a guardian is connected; wait briefly for
             # the connection to complete instead of queueing for whoever binds later.
-            if not await self._sock.poll(timeout=int(min(timeout_s, 2.0) * 1000) + 1, flags=zmq.POLLOUT):
+            poll_ms = int(min(timeout_s, 2.0) * 1000) + 1
+            if not await self._sock.poll(poll_ms, zmq.POLLOUT):  # type: ignore[call-arg]
                 raise TetherError(
                     ErrorCode.GUARDIAN_UNAVAILABLE,
                     f"no guardian is listening on {self.endpoint}",

@@ -317,6 +317,11 @@ def test_shell_without_a_prompt_is_unknown_not_busy(last_line: str) -> None:
     assert (result.state, result.source, result.reason) == ("unknown", "none", "no_prompt_seen")
 
 
+def test_rows_padded_with_spaces_are_right_stripped_first() -> None:
+    padded = ScreenView(lines=("total 0".ljust(COLS), "dev@box:~$ ".ljust(COLS)))
+    assert recognize(padded, "shell").state == "awaiting_input"
+
+
 def test_blank_screen_is_unknown_with_a_reason() -> None:
     for recognizer in available_recognizers():
         result = recognize(screen(), recognizer)

@@ -74,6 +74,7 @@ def evaluate(rule_set: RuleSet, view: ScreenView, *, fallback_reason: str | None
     ``fallback_reason`` marks a verdict reached with generic rules because the program was
     not recognised; it becomes ``source = "fallback"`` and the ``reason`` when a rule wins.
     """
+    view = _right_stripped(view)
     regions: dict[Region, tuple[str, ...]] = {}
     evaluated: list[dict[str, object]] = []
     winner: Rule | None = None
@@ -114,6 +115,13 @@ def evaluate(rule_set: RuleSet, view: ScreenView, *, fallback_reason: str | None
         reason=reason,
         evaluated=tuple(evaluated),
     )
+
+
+def _right_stripped(view: ScreenView) -> ScreenView:
+    """``view`` with rows right-stripped, as promised to rules: callers that pass raw emulator
+    rows (padded with spaces) must not break every rule anchored with ``$``."""
+    lines = tuple(line.rstrip() for line in view.lines)
+    return view if lines == view.lines else ScreenView(lines=lines, title=view.title)
 
 
 def _holds(node: Node, view: ScreenView, regions: dict[Region, tuple[str, ...]]) -> str | None:
