@@ -284,6 +284,15 @@ class HardenedScreen(Screen):
             y = min(max(top + y, top), bottom)
         self.cursor.y = min(max(0, y), self.lines - 1)
 
+    def set_margins(self, top: int | None = None, bottom: int | None = None) -> None:
+        """DECSTBM: 0 or nothing means the screen edge; a valid region homes the cursor."""
+        top, bottom = top or 1, bottom or self.lines
+        if top <= 1 and bottom >= self.lines:
+            self.margins = None
+            self.cursor_position()
+        else:
+            super().set_margins(top, bottom)
+
     def tab(self) -> None:
         """HT: next tab stop, or the last column."""
         self._clear_wrap()

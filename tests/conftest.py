@@ -33,6 +33,13 @@ def tether_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
     base = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))
     os.chmod(base, 0o700)
     runtime = base / "run"
+    # Shells source ~/.bashrc: give them a private, empty home so the developer's dotfiles
+    # neither slow them down nor get disturbed (a pyenv rehash lock left by a shell that a
+    # test killed mid-startup stalls every later shell for a minute).
+    home = base / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# test home\n")
+    monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("TETHER_HOME", str(base / "state"))
     monkeypatch.setenv("TETHER_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("TETHER_GUARDIAN_IDLE_S", "600")
