@@ -97,7 +97,8 @@ class MainShell:
     def command_file(self, execution_id: str, command: str) -> str:
         """Write ``command`` to a private file; return the line to type for it."""
         path = self._scratch / f"cmd-{execution_id}.sh"
-        write_private_file(path, command.encode() + b"\n")
+        # Read once by the shell a moment later; it need not survive a power cut.
+        write_private_file(path, command.encode() + b"\n", durable=False)
         self._command_file = path
         # A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc).
         return f" . {shlex.quote(str(path))}\r"

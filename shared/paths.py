@@ -132,13 +132,14 @@ def guardian_paths(config: Config, principal: str, workspace_root: str) -> Guard
     return paths
 
 
-def write_private_file(path: Path, data: bytes) -> None:
-    """Atomically write ``data`` to ``path`` with mode 0600."""
+def write_private_file(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Atomically write ``data`` to ``path`` with mode 0600 (``durable``: fsync first)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
