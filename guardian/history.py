@@ -109,7 +109,7 @@ class History:
         state: dict[str, Any],
     ) -> dict[str, Any]:
         journal = self._journal(record["execution_id"])
-        offset = int(state.get("o", journal.start))
+        offset = int(state.get("o", 0))  # no cursor: from the stream's very first byte
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
         raw = journal.read(offset, page_bytes)

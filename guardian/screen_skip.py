@@ -103,8 +103,9 @@ def replay_state(parser: VTParser, data: Bytes, start: int, end: int) -> None:
 def replay_sgr(parser: VTParser, data: Bytes, start: int, end: int) -> None:
     """Apply the SGR tokens of ``data[start:end]``, from the last full reset on."""
     origin = max(data.rfind(reset, start, end) for reset in _SGR_RESETS)
+    n = len(data)
     for match in _SGR.finditer(data, max(origin, start), end):
-        parser.step(data, match.start(), match.end())
+        parser.step(data, match.start(), n)
 
 
 def line_runs(data: Bytes, start: int, end: int, block: int) -> Iterator[tuple[int, int]]:
@@ -131,6 +132,8 @@ def _line_local(chunk: bytes) -> bool:
     escapes = chunk.count(b"\x1b")
     if not escapes:
         return True
+    if chunk.count(b"\x1b[") != escapes:
+        return False  # ESC 7 and friends would hide behind the digit deletion below
     # With parameters deleted, SGR and EL read "ESC[m" and "ESC[K": every ESC must begin one.
     squeezed = chunk.translate(None, _SGR_EL_PARAMS)
     return squeezed.count(b"\x1b[m") + squeezed.count(b"\x1b[K") == escapes

@@ -1,0 +1,141 @@
+"""The Execution tool through the real MCP client (issue 3): paging, observe, wait, cursors,
+retention."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.mcp_helpers import bash, execution, initialize, run
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1024 * 1024
+
+
+async def _read_all(client: Client, session: dict[str, Any], execution_id: str,
+                    page_bytes: int, limit: int | None = None) -> list[dict[str, Any]]:
+    pages, cursor = [], None
+    while True:
+        action = {"type": "read", "execution_id": execution_id, "page_bytes": page_bytes}
+        if cursor:
+            action["cursor"] = cursor
+        page = (await execution(client, session, action))["data"]
+        pages.append(page)
+        if not page["has_more"] or (limit and len(pages) >= limit):
+            return pages
+        cursor = page["next_cursor"]
+
+
+async def test_read_pages_through_retained_output(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    seq = await run(client, session, "seq 1 300000", wait=30)
+    assert seq["status"] == "exited" and seq["exit_code"] == 0
+    full = "".join(f"{i}\r\n" for i in range(1, 300001)).encode()
+    pages = await _read_all(client, session, seq["execution_id"], 65536)
+    first = pages[0]
+    assert first["start"] == len(full) - MIB
+    assert first["gap"] == len(full) - MIB
+    assert all("gap" not in p for p in pages[1:])
+    for before, after in zip(pages, pages[1:], strict=False):
+        assert before["end"] == after["start"]
+    assert all(p["end"] - p["start"] <= 65536 for p in pages)
+    assert pages[-1]["end"] == len(full)
+    retained = full[-MIB:].decode().replace("\r\n", "\n")
+    assert "".join(p["text"] for p in pages) == retained
+
+
+async def test_pages_end_on_utf8_boundaries(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    out = await run(client, session, "python3 -c \"print('é' * 20000)\"", wait=20)
+    pages = await _read_all(client, session, out["execution_id"], 1001)
+    assert all(p["end"] - p["start"] <= 1001 for p in pages)
+    text = "".join(p["text"] for p in pages)
+    assert "\ufffd" not in text
+    assert text.strip() == "é" * 20000
+
+
+async def test_observe_rules_and_partial_results(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    a = await run(client, session, "echo alpha")
+    b = await bash(client, session, {"type": "command", "command": "echo beta; sleep 30",
+                                     "is_background": True})
+    ok_items = [{"execution_id": a["execution_id"]}, {"execution_id": b["execution_id"]},
+                {"execution_id": b["execution_id"], "source": "screen"}]
+
+    async def rejected(items: list[dict[str, Any]]) -> dict[str, Any]:
+        return await execution(client, session, {"type": "observe", "items": items},
+                               expect_error=True)
+
+    too_many = await rejected([{"execution_id": f"ex_{i}"} for i in range(33)])
+    assert too_many["code"] == "limit_exceeded" and "1-32" in too_many["message"]
+    dup = await rejected([ok_items[0], ok_items[0]])
+    assert dup["data"]["rule"] == "observe_duplicate_item"
+    small = await rejected([{"execution_id": a["execution_id"], "page_bytes": 3}])
+    assert small["data"]["rule"] == "observe_page_bytes"
+    budget = await rejected([{"execution_id": a["execution_id"], "page_bytes": 40000},
+                             {"execution_id": b["execution_id"], "page_bytes": 30000}])
+    assert budget["data"]["rule"] == "observe_total_budget" and "65536" in budget["message"]
+
+    good = (await execution(client, session, {"type": "observe", "items": ok_items}))
+    items = good["data"]["items"]
+    assert [i["execution"]["execution_id"] for i in items] == [
+        a["execution_id"], b["execution_id"], b["execution_id"]]
+    assert "alpha" in items[0]["page"]["text"]
+    assert isinstance(good["data"]["catalog_cursor"], int)
+
+    mixed = await execution(client, session, {"type": "observe", "items": [
+        ok_items[0], {"execution_id": "ex_missing"}]})
+    assert mixed["status"] == "completed_with_issues"
+    assert mixed["code"] == "execution_observation_issues"
+    assert "alpha" in mixed["data"]["items"][0]["page"]["text"]
+    assert mixed["data"]["items"][1]["errors"][0]["stage"] == "read"
+
+
+async def test_wait_timeout_and_exit(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    bg = await bash(client, session, {"type": "command", "command": "sleep 1; echo x",
+                                      "is_background": True})
+    started = time.monotonic()
+    quick = await execution(client, session, {"type": "wait", "execution_ids": [bg["execution_id"]],
+                                              "timeout_seconds": 0, "events": ["exited"]})
+    assert time.monotonic() - started < 0.5
+    assert quick["data"]["outcome"] == "timeout"
+    waited = await execution(client, session, {
+        "type": "wait", "execution_ids": [bg["execution_id"]], "timeout_seconds": 10,
+        "events": ["exited"], "after": quick["data"]["cursor"]})
+    assert waited["data"]["outcome"] == "changed"
+    assert waited["data"]["changed"][0]["exit_code"] == 0
+
+
+async def test_cursors_are_bound_and_signed(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    one = await run(client, session, "seq 1 3000")
+    two = await run(client, session, "seq 1 3000")
+    page = (await execution(client, session, {"type": "read", "execution_id": one["execution_id"],
+                                              "page_bytes": 100}))["data"]
+    cursor = page["next_cursor"]
+    edited = cursor[:5] + ("A" if cursor[5] != "A" else "B") + cursor[6:]
+    for execution_id, source, bad in [(one["execution_id"], "output", edited),
+                                      (two["execution_id"], "output", cursor),
+                                      (one["execution_id"], "screen", cursor)]:
+        refused = await execution(client, session, {
+            "type": "read", "execution_id": execution_id, "source": source, "cursor": bad},
+            expect_error=True)
+        assert refused["code"] == "invalid_cursor"
+
+
+async def test_retention_keeps_128_records(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    for _ in range(129):
+        await run(client, session, "true")
+    running = await run(client, session, "sleep 30", wait=0)
+    listed = (await execution(client, session, {"type": "list", "limit": 128}))["data"]
+    records = listed["executions"]
+    assert len(records) == 128
+    assert records[0]["execution_id"] == running["execution_id"]
+    assert records[0]["status"] == "running"
