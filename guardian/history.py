@@ -170,10 +170,11 @@ class History:
         budget = params.timeout_ms / 1000 or ZERO_TIMEOUT_BUDGET_S
         deadline = loop.time() + budget
         items: list[dict[str, Any]] = [{"errors": []} for _ in params.items]
-        # Refresh each distinct execution once: bring its screen up to date.
+        # Refresh each distinct execution once: bring its screen up to date when a screen or
+        # detection page is asked for (output pages read the journal, which is always current).
         refreshed: set[str] = set()
         for item, out in zip(params.items, items, strict=True):
-            if item.execution_id in refreshed:
+            if item.execution_id in refreshed or item.source == "output":
                 continue
             refreshed.add(item.execution_id)
             live = self.m.live.get(item.execution_id)

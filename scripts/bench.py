@@ -76,6 +76,34 @@ async def tether_echo(rounds: int, workspace: Path) -> list[float]:
     return samples
 
 
+async def tether_observe(rounds: int, workspace: Path) -> list[float]:
+    """Execution.observe of 32 busy background executions (each printing continuously)."""
+    samples = []
+    async with Client(build_server(Config.from_env())) as client:
+        init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
+        assert init.structured_content is not None
+        session = init.structured_content["data"]
+        scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+        ids = []
+        for _ in range(32):
+            started = await client.call_tool("BashCommand", {**scope, "action_json": {
+                "type": "command", "is_background": True,
+                "command": "while :; do echo busy $RANDOM; sleep 0.2; done"}})
+            assert started.structured_content is not None
+            ids.append(started.structured_content["data"]["execution_id"])
+        items = [{"execution_id": i, "page_bytes": 2048} for i in ids]
+        for _ in range(rounds):
+            start = time.perf_counter()
+            result = await client.call_tool("Execution", {**scope, "action": {
+                "type": "observe", "items": items}})
+            samples.append(time.perf_counter() - start)
+            assert result.structured_content and result.structured_content["ok"]
+        for i in ids:
+            await client.call_tool("BashCommand", {**scope, "action_json": {
+                "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": i}, "wait_for_seconds": 0})
+    return samples
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=50)
@@ -91,6 +119,7 @@ def main() -> int:
     try:
         tether = asyncio.run(tether_echo(args.rounds, workspace))
         tmux = tmux_baseline(args.rounds)
+        observe = asyncio.run(tether_observe(max(10, args.rounds // 2), workspace))
     finally:
         subprocess.run(["pkill", "-f", f"guardian --workspace {workspace}"], check=False)
     t50 = _pct(tether, 0.5) * 1000
@@ -103,6 +132,10 @@ def main() -> int:
     else:
         print("baseline tmux: not installed; no ratio")
     print(f"samples: {len(tether)}; mean {statistics.mean(tether) * 1000:.2f} ms")
+    o50 = _pct(observe, 0.5) * 1000
+    print(f"Execution.observe of 32 busy executions: p50 {o50:.2f} ms  "
+          f"p95 {_pct(observe, 0.95) * 1000:.2f} ms  (target p50 <= 20 ms; "
+          f"ratio to target {o50 / 20:.2f})")
     return 0
 
 
