@@ -3,6 +3,7 @@ retention."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ async def test_read_pages_through_retained_output(client: Client, workspace: Pat
     assert first["start"] == len(full) - MIB
     assert first["gap"] == len(full) - MIB
     assert all("gap" not in p for p in pages[1:])
-    for before, after in zip(pages, pages[1:], strict=False):
+    for before, after in itertools.pairwise(pages):
         assert before["end"] == after["start"]
     assert all(p["end"] - p["start"] <= 65536 for p in pages)
     assert pages[-1]["end"] == len(full)
