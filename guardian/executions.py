@@ -223,7 +223,7 @@ class ExecutionManager:
         self.notifier.notify()
 
     def output_arrived(self) -> None:
-        self.notifier.notify()
+        self.notifier.notify_output()
 
     # -- starting --------------------------------------------------------------------------
 
@@ -279,13 +279,14 @@ class ExecutionManager:
         shell = self.shells.get(thread["thread_id"])
         cwd = shell.cwd if shell is not None else thread["cwd"]
         execution_id = self.clock.new_id("ex")
-        screen = TerminalScreen(cols=params.cols, rows=params.rows)
+        # The runtime's callbacks need the LiveExecution, which needs the runtime.
         holder: list[LiveExecution] = []
 
         def on_output(data: bytes) -> None:
-            screen.feed(data)
-            holder[0].append_output(data)
-            self.notifier.notify()
+            live = holder[0]
+            live.screen.feed(data)
+            live.append_output(data)
+            self.notifier.notify_output()
 
         runtime = PtyRuntime(
             ["bash", "-c", params.command],
@@ -296,7 +297,7 @@ class ExecutionManager:
             on_output=on_output,
             on_exit=lambda status: self._finish(holder[0], status.shell_style_code),
         )
-        screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.write_nowait)
+        screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query)
         live = self._new_execution(thread, params, kind="background", cwd=cwd, runtime=runtime,
                                    screen=screen, generation=1, execution_id=execution_id)
         holder.append(live)

@@ -28,6 +28,7 @@ MAX_OBSERVE_ITEMS = 32
 MIN_PAGE, MAX_PAGE = 4, 65_536
 MAX_OBSERVE_BUDGET = 65_536
 ZERO_TIMEOUT_BUDGET_S = 0.25
+_RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
 
 _COMPACT_FIELDS = (
     "execution_id", "kind", "status", "exit_code", "reason", "started_unix_ms",
@@ -238,7 +239,8 @@ class History:
             outcome = self._changes(params, ids, baseline, events)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
-            await self.m.notifier.wait(deadline - loop.time())
+            wants_output = bool(events & (_RECOGNIZER_EVENTS | {"output"}))
+            await self.m.notifier.wait(deadline - loop.time(), output=wants_output)
         if outcome is None:
             outcome = ("timeout", [])
         kind, changed = outcome
@@ -251,6 +253,8 @@ class History:
     def _baseline(self, ids: list[str]) -> dict[str, Any]:
         records = self.m.catalog.get_executions(ids)
         ends = {eid: self.m.view(r)["output_end"] for eid, r in records.items()}
+        # Recognition states are always in the cursor, so a cursor taken without recognizer
+        # events still works as a baseline for a later wait that asks for them.
         return {"seq": self.m.catalog.change_seq(), "out": ends, "rec": self.m.recognition_states(ids)}
 
     def _changes(
@@ -270,7 +274,8 @@ class History:
             )
         changed = []
         rec_base = baseline.get("rec", {})
-        rec_now = self.m.recognition_states(ids)
+        # Recognition emulates the screen: only pay for it when a recognizer event is wanted.
+        rec_now = self.m.recognition_states(ids) if events & _RECOGNIZER_EVENTS else {}
         for eid in ids:
             record = records[eid]
             view = self.m.view(record)

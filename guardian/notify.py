@@ -1,8 +1,11 @@
 """A change notifier: waiters sleep until something changes or their deadline passes.
 
 This is how long waits are answered without polling (R5): the PTY reader and exit watchers
-call :meth:`ChangeNotifier.notify`; a waiting request wakes, re-checks its condition, and
-either answers or sleeps again.
+notify; a waiting request wakes, re-checks its condition, and either answers or sleeps again.
+
+There are two channels, because output arrives thousands of times a second under load while
+state (a record persisted, an exit) changes rarely: a waiter that only cares about state must
+not be woken, and re-query the catalog, for every chunk of output.
 """
 
 from __future__ import annotations
@@ -10,25 +13,41 @@ from __future__ import annotations
 import asyncio
 
 
+class _Channel:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def fire(self) -> None:
+        # Allocate a fresh event only when somebody is waiting on the current one.
+        if self.event._waiters:
+            self.event.set()
+            self.event = asyncio.Event()
+
+
 class ChangeNotifier:
-    """A generation counter plus an event that is replaced on every notify."""
+    """Wakes waiters on output (``output=True`` waiters) and on state changes (everyone)."""
 
     def __init__(self) -> None:
-        self.generation = 0
-        self._event = asyncio.Event()
+        self._output = _Channel()
+        self._state = _Channel()
+
+    def notify_output(self) -> None:
+        """New output arrived. Cheap enough for the PTY reader's hot path."""
+        self._output.fire()
 
     def notify(self) -> None:
-        """Wake every current waiter. Cheap enough for the PTY reader's hot path."""
-        self.generation += 1
-        if self._event._waiters:  # skip allocation when nobody waits
-            self._event.set()
-            self._event = asyncio.Event()
+        """Persisted state changed (a record, an exit): wake every waiter."""
+        self._output.fire()
+        self._state.fire()
 
-    async def wait(self, timeout_s: float) -> bool:
-        """Sleep until the next notify (True) or ``timeout_s`` (False)."""
+    async def wait(self, timeout_s: float, *, output: bool = True) -> bool:
+        """Sleep until the next notification (True) or ``timeout_s`` (False).
+
+        With ``output=False`` only state changes wake the caller.
+        """
         if timeout_s <= 0:
             return False
-        event = self._event
+        event = (self._output if output else self._state).event
         try:
             await asyncio.wait_for(event.wait(), timeout_s)
         except TimeoutError:

@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import signal
+import termios
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -190,14 +191,23 @@ class PtyRuntime:
                 loop.remove_writer(proc.fd)
         return written
 
-    def write_nowait(self, data: bytes) -> None:
-        """Best-effort write for answers to terminal queries (cursor position, device
-        attributes). A full input buffer means the program is not reading; dropping the
-        answer then is what a real terminal does too."""
+    def answer_query(self, data: bytes) -> None:
+        """Best-effort write of an answer to a terminal query (cursor position, device
+        attributes).
+
+        Only a program that put the terminal in raw (or no-echo) mode can read an answer; in
+        cooked, echoing mode the answer would be echoed back as garbage on the screen (``cat``
+        of a recording full of queries), so it is not sent. A full input buffer means the
+        program is not reading: dropping the answer then is what a real terminal does too.
+        """
         proc = self._proc
-        if proc is not None and proc.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.write(proc.fd, data)
+        if proc is None or proc.fd < 0:
+            return
+        with contextlib.suppress(OSError, termios.error):
+            lflag = termios.tcgetattr(proc.fd)[3]
+            if lflag & termios.ICANON and lflag & termios.ECHO:
+                return
+            os.write(proc.fd, data)
 
     def resize(self, rows: int, cols: int) -> None:
         """Set the window size; the kernel sends SIGWINCH to the foreground process group."""

@@ -79,8 +79,6 @@ class MainShell:
         self.ready = asyncio.Event()
         # The typed command line has not started running yet (no C since it was typed).
         self._awaiting_start = False
-        # A D marker was seen and its prompt's A marker has not arrived yet.
-        self._prompt_due = False
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
@@ -109,7 +107,7 @@ class MainShell:
         self._awaiting_start = True
 
     def _respond(self, data: bytes) -> None:
-        self.runtime.write_nowait(data)
+        self.runtime.answer_query(data)
 
     def _on_output(self, data: bytes) -> None:
         self.screen.feed(data)
@@ -124,20 +122,11 @@ class MainShell:
     def _on_marker(self, marker: Marker) -> None:
         if marker.kind == "A":
             self.ready.set()
-            if self._prompt_due:
-                self._prompt_due = False  # the prompt after the last command: expected
-            elif self._awaiting_start and self.current is not None:
-                # A new prompt although our line never started: the terminal discarded it
-                # (an interrupt flushes the tty's input queue). It did not run.
-                discarded, self.current = self.current, None
-                self._awaiting_start = False
-                self._listener.command_discarded(discarded)
         elif marker.kind == "C":
             self._in_command = True
             self._awaiting_start = False
         elif marker.kind == "D":
             self._in_command = False
-            self._prompt_due = True
             finished, self.current = self.current, None
             if self._command_file is not None:
                 self._command_file.unlink(missing_ok=True)
@@ -145,12 +134,19 @@ class MainShell:
             if finished is not None:
                 self._finished = (finished, marker.exit_code)
         elif marker.kind == "cwd" and marker.cwd:
+            # OSC 7 comes from PROMPT_COMMAND, once per prompt cycle, right after D.
             self.cwd = marker.cwd
-            # OSC 7 follows D in the same printf: the command is over and the cwd known.
             pending = self._finished
             if pending is not None:
                 self._finished = None
                 self._listener.command_finished(pending[0], pending[1])
+            elif self._awaiting_start and self.current is not None:
+                # A whole new prompt cycle although our line never started: the terminal
+                # discarded it (an interrupt flushes the tty's input queue). It did not run.
+                # (A bare A marker is not enough: readline re-prints the prompt on SIGWINCH.)
+                discarded, self.current = self.current, None
+                self._awaiting_start = False
+                self._listener.command_discarded(discarded)
 
     def _on_exit(self, status: ExitStatus) -> None:
         self._in_command = False

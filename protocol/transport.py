@@ -97,16 +97,20 @@ class GuardianClient:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            # IMMEDIATE=1: nothing is queued unless a guardian is connected; wait briefly for
-            # the connection to complete instead of queueing for whoever binds later.
-            poll_ms = int(min(timeout_s, 2.0) * 1000) + 1
-            if not await self._sock.poll(poll_ms, zmq.POLLOUT):  # type: ignore[call-arg]
-                raise TetherError(
-                    ErrorCode.GUARDIAN_UNAVAILABLE,
-                    f"no guardian is listening on {self.endpoint}",
-                    {"input_sent": False},
-                )
-            await self._sock.send(frame, flags=zmq.NOBLOCK)
+            # IMMEDIATE=1: nothing is queued unless a guardian is connected. Try at once (the
+            # common case); only when that fails wait briefly for the connection to complete,
+            # instead of queueing for whoever binds later.
+            try:
+                await self._sock.send(frame, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                poll_ms = int(min(timeout_s, 2.0) * 1000) + 1
+                if not await self._sock.poll(poll_ms, zmq.POLLOUT):  # type: ignore[call-arg]
+                    raise TetherError(
+                        ErrorCode.GUARDIAN_UNAVAILABLE,
+                        f"no guardian is listening on {self.endpoint}",
+                        {"input_sent": False},
+                    ) from None
+                await self._sock.send(frame, flags=zmq.NOBLOCK)
             try:
                 return await asyncio.wait_for(future, timeout_s + REPLY_GRACE_S)
             except TimeoutError:

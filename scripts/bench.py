@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from mcp import Client
 
@@ -104,9 +105,134 @@ async def tether_observe(rounds: int, workspace: Path) -> list[float]:
     return samples
 
 
+ECHO_SERVER = """
+import sys, msgpack, zmq
+ctx = zmq.Context(); sock = ctx.socket(zmq.ROUTER); sock.bind(sys.argv[1])
+print("ready", flush=True)
+while True:
+    ident, frame = sock.recv_multipart()
+    msg = msgpack.unpackb(frame)
+    sock.send_multipart([ident, msgpack.packb({"v": msg["v"], "id": msg["id"], "ok": True, "result": {}})])
+"""
+
+
+async def _roundtrips(call: Any, rounds: int) -> list[float]:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def rpc_roundtrip(rounds: int, workspace: Path, base: Path) -> tuple[list[float], list[float]]:
+    """``hello`` to the real guardian vs. a raw pyzmq ROUTER + msgpack echo in another process."""
+    import msgpack
+    import zmq
+    import zmq.asyncio
+
+    from frontend.guardians import GuardianLocator
+
+    locator = GuardianLocator(Config.from_env())
+    handle = await locator.handle(str(workspace))
+    hello = {"client_min": [1, 0], "client_max": [1, 9]}
+    await handle.client.call("hello", hello, timeout_s=5)
+    tether = await _roundtrips(lambda: handle.client.call("hello", hello, timeout_s=5), rounds)
+    locator.close()
+
+    endpoint = f"ipc://{base}/echo.sock"
+    server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, endpoint], stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None and server.stdout.readline().startswith(b"ready")
+        ctx = zmq.asyncio.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(endpoint)
+        ids = iter(range(10**9))
+
+        async def echo() -> None:
+            await sock.send(msgpack.packb({"v": [1, 0], "id": str(next(ids)), "method": "hello",
+                                           "params": hello, "auth": "x" * 64}))
+            msgpack.unpackb(await sock.recv())
+
+        await _roundtrips(echo, 50)
+        raw = await _roundtrips(echo, rounds)
+        sock.close(0)
+        ctx.term()
+    finally:
+        server.kill()
+        server.wait()
+    return tether, raw
+
+
+def raw_pty_rate(path: Path) -> float:
+    """MB/s of reading ``cat FILE`` from a PTY as fast as possible (the ingest baseline)."""
+    from ptyprocess import PtyProcess
+
+    proc = PtyProcess.spawn(["cat", str(path)], dimensions=(40, 120))
+    total = 0
+    start = time.perf_counter()
+    while True:
+        try:
+            data = os.read(proc.fd, 256 * 1024)
+        except OSError:
+            break
+        if not data:
+            break
+        total += len(data)
+    elapsed = time.perf_counter() - start
+    proc.wait()
+    return total / elapsed / 1e6
+
+
+async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
+    """``cat`` of a big file as a background execution: MB/s, then a screen request's latency."""
+    size_on_pty = path.stat().st_size + path.read_bytes().count(b"\n")  # onlcr adds a CR per LF
+    last_line = path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()
+    async with Client(build_server(Config.from_env())) as client:
+        init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
+        assert init.structured_content is not None
+        session = init.structured_content["data"]
+        scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+        # Ingest: a plain `cat`, waited for by its exit (one wait call, woken by the exit).
+        start = time.perf_counter()
+        started = await client.call_tool("BashCommand", {**scope, "action_json": {
+            "type": "command", "is_background": True, "command": f"cat {path}"}})
+        assert started.structured_content is not None
+        eid = started.structured_content["data"]["execution_id"]
+        while True:
+            waited = await client.call_tool("Execution", {**scope, "action": {
+                "type": "wait", "execution_ids": [eid], "events": ["exited"], "timeout_seconds": 30}})
+            assert waited.structured_content is not None
+            if waited.structured_content["data"]["outcome"] == "changed":
+                break
+        elapsed = time.perf_counter() - start
+        # Screen: the same output from a program that stays alive, so the screen is live.
+        started = await client.call_tool("BashCommand", {**scope, "action_json": {
+            "type": "command", "is_background": True, "command": f"cat {path}; sleep 60"}})
+        assert started.structured_content is not None
+        eid = started.structured_content["data"]["execution_id"]
+        while True:
+            got = await client.call_tool("Execution", {**scope, "action": {
+                "type": "get", "execution_id": eid}})
+            assert got.structured_content is not None
+            if got.structured_content["data"]["execution"]["output_end"] >= size_on_pty:
+                break
+            await asyncio.sleep(0.25)
+        t0 = time.perf_counter()
+        screen = await client.call_tool("BashCommand", {**scope, "action_json": {
+            "type": "screen", "execution_id": eid}})
+        screen_ms = (time.perf_counter() - t0) * 1000
+        assert screen.structured_content is not None
+        text = screen.structured_content["data"]["screen"]["text"]
+        await client.call_tool("BashCommand", {**scope, "action_json": {
+            "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": eid}, "wait_for_seconds": 0})
+    return path.stat().st_size / elapsed / 1e6, screen_ms, text.rstrip().endswith(last_line), len(text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--ingest-mb", type=int, default=100, help="size of the cat benchmark file")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="tb-", dir="/tmp"))
     os.environ.update(TETHER_HOME=str(base / "state"), TETHER_RUNTIME_DIR=str(base / "run"),
@@ -120,6 +246,15 @@ def main() -> int:
         tether = asyncio.run(tether_echo(args.rounds, workspace))
         tmux = tmux_baseline(args.rounds)
         observe = asyncio.run(tether_observe(max(10, args.rounds // 2), workspace))
+        rpc, rpc_raw = asyncio.run(rpc_roundtrip(max(200, args.rounds * 10), workspace, base))
+        big = base / "big.txt"
+        with big.open("w") as fh:
+            line = 0
+            while fh.tell() < args.ingest_mb * 1_000_000:
+                fh.write("".join(f"line {line + i} of the ingest benchmark\n" for i in range(10000)))
+                line += 10000
+        raw_rate = raw_pty_rate(big)
+        rate, screen_ms, screen_ok, _ = asyncio.run(ingest(workspace, big))
     finally:
         subprocess.run(["pkill", "-f", f"guardian --workspace {workspace}"], check=False)
     t50 = _pct(tether, 0.5) * 1000
@@ -136,6 +271,16 @@ def main() -> int:
     print(f"Execution.observe of 32 busy executions: p50 {o50:.2f} ms  "
           f"p95 {_pct(observe, 0.95) * 1000:.2f} ms  (target p50 <= 20 ms; "
           f"ratio to target {o50 / 20:.2f})")
+    r50, r99 = _pct(rpc, 0.5) * 1e6, _pct(rpc, 0.99) * 1e6
+    b50, b99 = _pct(rpc_raw, 0.5) * 1e6, _pct(rpc_raw, 0.99) * 1e6
+    print(f"guardian RPC round trip (hello): p50 {r50:.0f} us  p99 {r99:.0f} us  "
+          f"(target p50 <= 150, p99 <= 500)")
+    print(f"baseline raw pyzmq+msgpack echo:  p50 {b50:.0f} us  p99 {b99:.0f} us  "
+          f"ratio p50 {r50 / b50:.2f}")
+    print(f"ingest of cat {args.ingest_mb} MB: {rate:.1f} MB/s; raw PTY read {raw_rate:.1f} MB/s; "
+          f"ratio {rate / raw_rate:.2f} (target >= 50 MB/s)")
+    print(f"screen request after it: {screen_ms:.1f} ms (target <= 50 ms); "
+          f"final screen {'correct' if screen_ok else 'WRONG'}")
     return 0
 
 

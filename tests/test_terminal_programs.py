@@ -1,0 +1,106 @@
+"""Real programs in real PTYs, through the MCP client: screens are right (issue 5, R19)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from tests.mcp_helpers import bash, initialize, run
+
+pytestmark = pytest.mark.anyio
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+async def _screen(client: Client, session: dict[str, Any], execution_id: str | None = None,
+                  ) -> dict[str, Any]:
+    action: dict[str, Any] = {"type": "screen"}
+    if execution_id:
+        action["execution_id"] = execution_id
+    return dict((await bash(client, session, action))["screen"])
+
+
+async def _screen_until(client: Client, session: dict[str, Any], predicate: Any,
+                        execution_id: str | None = None, timeout: float = 10) -> dict[str, Any]:
+    with anyio.fail_after(timeout):
+        while True:
+            screen = await _screen(client, session, execution_id)
+            if predicate(screen):
+                return screen
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.ansi")) or ["missing"])
+async def test_agent_fixture_screens(name: str, client: Client, workspace: Path) -> None:
+    if name == "missing":
+        pytest.skip(f"fixtures not found at {FIXTURES}")
+    expected = (FIXTURES / f"{name}.txt").read_text().rstrip("\n")
+    session = await initialize(client, workspace)
+    started = await bash(client, session, {
+        "type": "command", "command": f"cat {FIXTURES / name}.ansi; sleep 30",
+        "is_background": True, "rows": 40, "cols": 120})
+    screen = await _screen_until(client, session, lambda s: s["text"] == expected,
+                                 started["execution_id"])
+    assert screen["rows"] == 40 and screen["cols"] == 120
+
+
+async def test_alternate_screen_enter_and_leave(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    await run(client, session, "echo before-the-app")
+    app = await run(client, session, f"{sys.executable} {PROGRAMS / 'fullscreen.py'}", wait=0)
+    inside = await _screen_until(client, session, lambda s: "FULLSCREEN-APP" in s["text"])
+    assert inside["alternate"] is True
+    assert "before-the-app" not in inside["text"]
+    await bash(client, session, {"type": "send_text", "text": "q"})
+    done = await bash(client, session, {"type": "status_check", "execution_id": app["execution_id"]},
+                      wait=10)
+    assert done["status"] == "exited" and done["exit_code"] == 0
+    after = await _screen(client, session)
+    assert after["alternate"] is False
+    assert "before-the-app" in after["text"]
+    assert "FULLSCREEN-APP" not in after["text"]
+
+
+async def test_emoji_joiners_and_keyboard_protocol(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    await run(client, session, r"printf 'ok ❤️ done\n'; printf '\e[<1u\e[=1u\e[>1u'; echo tail-mark")
+    screen = await _screen(client, session)
+    text = screen["text"]
+    assert "done" in text and "❤" in text
+    assert "1u" not in text
+    assert "tail-mark" in text
+
+
+async def test_cursor_position_query_is_answered(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    asked = await bash(client, session, {
+        "type": "command", "command": f"{sys.executable} {PROGRAMS / 'ask_cursor.py'}",
+        "is_background": True})
+    done = await bash(client, session, {"type": "status_check",
+                                        "execution_id": asked["execution_id"]}, wait=10)
+    assert done["status"] == "exited" and done["exit_code"] == 0
+    assert "reply [1;4R" in done["output"]  # row 1, column 4: just after "abc"
+
+
+async def test_window_size_per_execution(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    default = await run(client, session, "stty size")
+    assert default["output"].strip() == "40 120"
+    resized = await bash(client, session, {"type": "command", "command": "stty size",
+                                           "rows": 30, "cols": 100}, wait=10)
+    assert resized["output"].split() == ["30", "100"]
+    # The shell itself saw SIGWINCH: bash updated $COLUMNS.
+    columns = await bash(client, session, {"type": "command", "command": "echo $COLUMNS",
+                                           "rows": 30, "cols": 100}, wait=10)
+    assert columns["output"].strip() == "100"
+    bg = await bash(client, session, {"type": "command", "command": "stty size",
+                                      "is_background": True, "rows": 12, "cols": 50})
+    done = await bash(client, session, {"type": "status_check", "execution_id": bg["execution_id"]},
+                      wait=10)
+    assert done["output"].strip() == "12 50"
