@@ -27,6 +27,7 @@ from shared.catalog import Catalog
 from shared.config import Config
 from shared.identity import ProcessIdentity
 from shared.paths import GuardianPaths, guardian_paths
+from shared.reconcile import reconcile_lost
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class GuardianHandle:
     client: GuardianClient
     version: Version
     capabilities: frozenset[str]
-    lost_records: list[str] = field(default_factory=list)
+    lost_records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def instance_id(self) -> str:
@@ -174,18 +175,18 @@ class GuardianLocator:
         client.version = chosen
         return GuardianHandle(paths, info, client, chosen, frozenset(hello["capabilities"]))
 
-    def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> list[str]:
+    def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> list[dict[str, Any]]:
         """Under the start lock: reconcile a dead guardian's records and spawn a new one."""
         with filelock.FileLock(str(paths.start_lock), mode=0o600, timeout=START_TIMEOUT_S):
             info = read_info(paths)
             identity = ProcessIdentity.from_dict(info) if info else None
             if identity is not None and identity.alive():
                 return []  # someone else started it while we waited for the lock
-            lost: list[str] = []
+            lost: list[dict[str, Any]] = []
             if info is not None and paths.catalog.exists():
                 catalog = Catalog(paths.catalog)
                 try:
-                    lost = catalog.mark_lost(owner=str(info.get("instance_id")))
+                    lost = reconcile_lost(catalog, owner=str(info.get("instance_id")))
                 finally:
                     catalog.close()
                 paths.info.unlink(missing_ok=True)

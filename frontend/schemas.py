@@ -26,6 +26,9 @@ class InitializeArgs(ToolArgs):
 
 class CommandAction(ToolArgs):
     type: Literal["command"]
+    generation: int | None = Field(
+        default=None, ge=1,
+        description="refuse (stale_generation) unless the target runtime is at this generation")
     command: str = Field(min_length=1, description="shell command line (may be multi-line)")
     is_background: bool = False
     rows: int | None = Field(default=None, ge=MIN_ROWS, le=MAX_ROWS)
@@ -39,6 +42,9 @@ class StatusCheckAction(ToolArgs):
 
 class SendTextAction(ToolArgs):
     type: Literal["send_text"]
+    generation: int | None = Field(
+        default=None, ge=1,
+        description="refuse (stale_generation) unless the target runtime is at this generation")
     text: str
     execution_id: Id | None = None
     submit: bool = False
@@ -46,6 +52,9 @@ class SendTextAction(ToolArgs):
 
 class SendKeysAction(ToolArgs):
     type: Literal["send_keys"]
+    generation: int | None = Field(
+        default=None, ge=1,
+        description="refuse (stale_generation) unless the target runtime is at this generation")
     keys: list[str] = Field(min_length=1, max_length=64)
     execution_id: Id | None = None
 

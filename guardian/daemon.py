@@ -29,6 +29,7 @@ from shared.clock import Clock
 from shared.config import Config
 from shared.identity import ProcessIdentity
 from shared.paths import GuardianPaths, guardian_paths, write_private_file
+from shared.reconcile import reconcile_lost
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class Guardian:
     async def _main(self) -> None:
         os.umask(0o077)
         catalog = Catalog(self.paths.catalog, self.clock)
-        lost = catalog.mark_lost(except_owner=self.instance_id)
+        lost = reconcile_lost(catalog, except_owner=self.instance_id)
         if lost:
             log.warning("records of an earlier guardian marked unknown: %s", lost)
         manager = ExecutionManager(

@@ -21,6 +21,7 @@ from guardian.live import LiveExecution
 from guardian.notify import ChangeNotifier
 from guardian.pty_runtime import ExitStatus, PtyRuntime
 from guardian.records import output_tail, record_view
+from guardian.recovery import recovery_advice
 from guardian.retention import Retention
 from guardian.screen import TerminalScreen
 from guardian.shell import MainShell
@@ -346,6 +347,8 @@ class ExecutionManager:
                 "parent_execution_id": params.parent_execution_id,
                 "rows": params.rows,
                 "cols": params.cols,
+                # R14: only a foreground launch can be advice for resuming a conversation.
+                "recovery": recovery_advice(params.command) if kind == "command" else None,
             }
         )
         live = LiveExecution(

@@ -52,7 +52,7 @@ class BashCommandTool(Tool):
                 **scope, "command": action.command, "background": action.is_background,
                 "rows": action.rows or DEFAULT_ROWS, "cols": action.cols or DEFAULT_COLS,
                 "wait_ms": 0 if action.is_background else wait_ms,
-                "idempotency_key": session.idempotency_key(),
+                "idempotency_key": session.idempotency_key(), "generation": action.generation,
             }
         elif isinstance(action, StatusCheckAction):
             method, params = "exec.status", {
@@ -62,6 +62,7 @@ class BashCommandTool(Tool):
             method, params = "exec.input", {
                 **scope, "execution_id": action.execution_id,
                 "idempotency_key": session.idempotency_key(), "wait_ms": min(wait_ms, 5000),
+                "generation": action.generation,
             }
             if isinstance(action, SendTextAction):
                 params.update(text=action.text, submit=action.submit)

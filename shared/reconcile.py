@@ -1,0 +1,35 @@
+"""Reconciliation after a guardian loss (SPEC R12, R13): records whose end was not observed
+become ``unknown`` (reason ``guardian_lost``, no exit code), and processes that outlived
+their guardian are reported, never adopted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.catalog import Catalog
+from shared.identity import ProcessIdentity
+
+
+def reconcile_lost(
+    catalog: Catalog, *, owner: str | None = None, except_owner: str | None = None
+) -> list[dict[str, Any]]:
+    """Mark the lost records; returns ``{execution_id, orphan?}`` for each.
+
+    An orphan is a runtime process (same pid, create time and boot) still alive although the
+    guardian that owned its PTY is gone. It is recorded on the record's ``runtime`` so a
+    person can decide what to do with it; Tether does not take it over.
+    """
+    ids = catalog.mark_lost(owner=owner, except_owner=except_owner)
+    report = []
+    for execution_id in ids:
+        entry: dict[str, Any] = {"execution_id": execution_id}
+        record = catalog.get_execution(execution_id)
+        runtime = record.get("runtime") if record else None
+        identity = ProcessIdentity.from_dict(runtime)
+        if isinstance(runtime, dict) and identity is not None and identity.alive():
+            orphan = {"pid": identity.pid,
+                      "reason": "outlived_guardian: still running but not adopted"}
+            catalog.update_execution(execution_id, runtime={**runtime, "orphan": orphan})
+            entry["orphan"] = orphan
+        report.append(entry)
+    return report

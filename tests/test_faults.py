@@ -1,0 +1,236 @@
+"""Fault tests that kill real processes (issue 4): nothing lost, nothing replayed (R9-R14)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import zmq
+from mcp import Client
+
+from frontend.guardians import GuardianLocator, read_info
+from protocol import codec
+from shared.config import Config
+from shared.paths import guardian_paths
+from tests.conftest import stdio_params
+from tests.helpers import poll, processes_with_env
+from tests.mcp_helpers import bash, call_error, execution, initialize, run
+
+pytestmark = pytest.mark.anyio
+
+
+def _serve_processes(config: Config) -> list[psutil.Process]:
+    return [p for p in processes_with_env("TETHER_RUNTIME_DIR", str(config.runtime_dir))
+            if "serve" in " ".join(p.cmdline())]
+
+
+async def _kill_front_end(client: Client, config: Config) -> None:
+    serve = poll(lambda: _serve_processes(config), what="tether serve process")
+    assert len(serve) == 1
+    os.kill(serve[0].pid, signal.SIGKILL)
+    poll(lambda: not serve[0].is_running() or serve[0].status() == psutil.STATUS_ZOMBIE,
+         what="front-end to die")
+    with contextlib.suppress(BaseException):
+        await client.__aexit__(None, None, None)
+
+
+async def _read_text(client: Client, session: dict[str, Any], execution_id: str) -> str:
+    text, cursor = [], None
+    while True:
+        action: dict[str, Any] = {"type": "read", "execution_id": execution_id}
+        if cursor:
+            action["cursor"] = cursor
+        page = (await execution(client, session, action))["data"]
+        text.append(page["text"])
+        if not page["has_more"]:
+            return "".join(text)
+        cursor = page["next_cursor"]
+
+
+async def test_front_end_killed_mid_output_loses_nothing(tether_env: Config, workspace: Path) -> None:
+    first = Client(stdio_params())
+    await first.__aenter__()
+    session = await initialize(first, workspace)
+    loop = await run(first, session,
+                     "for i in $(seq 1 50); do echo line$i; sleep 0.05; done", wait=0.4)
+    assert loop["status"] == "running"
+    await _kill_front_end(first, tether_env)
+
+    async with Client(stdio_params()) as second:
+        again = await initialize(second, workspace, session["thread_id"])
+        waited = await execution(second, again, {
+            "type": "wait", "execution_ids": [loop["execution_id"]], "events": ["exited"],
+            "timeout_seconds": 15})
+        assert waited["data"]["outcome"] == "changed"
+        assert waited["data"]["changed"][0]["exit_code"] == 0
+        text = await _read_text(second, again, loop["execution_id"])
+        assert text.split() == [f"line{i}" for i in range(1, 51)]
+
+
+async def test_guardian_killed_is_reported_unknown(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    before = await run(client, session, "echo history-before-crash")
+    sleeper = await run(client, session, "sleep 30", wait=0.3)
+    assert sleeper["status"] == "running"
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+
+    record = (await execution(client, session, {"type": "get",
+                                                "execution_id": sleeper["execution_id"]}))
+    lost = record["data"]["execution"]
+    assert (lost["status"], lost["reason"], lost["exit_code"]) == ("unknown", "guardian_lost", None)
+    again = await initialize(client, workspace, session["thread_id"])
+    assert again["guardian"]["instance_id"] != session["guardian"]["instance_id"]
+    assert again["generation"] == session["generation"] + 1
+    old = await _read_text(client, again, before["execution_id"])
+    assert old.strip() == "history-before-crash"
+    fresh = await run(client, again, "echo new-guardian-works")
+    assert fresh["output"].strip() == "new-guardian-works"
+
+
+def _start_guardian(workspace: Path, config: Config) -> dict[str, Any]:
+    subprocess.Popen([sys.executable, "-m", "guardian", "--workspace", str(workspace)],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    paths = guardian_paths(config, "local", str(workspace))
+    old = read_info(paths)
+    return poll(lambda: (info := read_info(paths)) and info != old and info, what="guardian.json")
+
+
+def _request(info: dict[str, Any], method: str, params: dict[str, Any], *,
+             auth: str | None = None, deadline_s: float = 60) -> bytes:
+    return codec.encode({
+        "v": [1, 1], "id": f"r{time.monotonic_ns()}", "method": method, "params": params,
+        "deadline_unix_ms": int((time.time() + deadline_s) * 1000),
+        "guardian_instance_id": info["instance_id"], "auth": auth or info["auth_token"],
+    })
+
+
+def _reply(sock: zmq.Socket[bytes], timeout_s: float = 10) -> dict[str, Any]:
+    assert sock.poll(int(timeout_s * 1000)), "no reply"
+    reply: dict[str, Any] = codec.decode(sock.recv())
+    return reply
+
+
+def test_transport_replay_is_not_acted_upon(tether_env: Config, workspace: Path) -> None:
+    marker = workspace / "replayed"
+    first = _start_guardian(workspace, tether_env)
+    ctx = zmq.Context()
+    # A DEALER without IMMEDIATE: it queues while no peer is bound (the hazard of R9).
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(first["endpoint"])
+    try:
+        sock.send(_request(first, "thread.open", {"principal": "local",
+                                                   "workspace_root": str(workspace)}))
+        thread = _reply(sock)["result"]["thread_id"]
+        scope = {"principal": "local", "workspace_root": str(workspace), "thread_id": thread}
+        os.kill(first["pid"], signal.SIGTERM)
+        poll(lambda: not psutil.pid_exists(first["pid"]) or
+             psutil.Process(first["pid"]).status() == psutil.STATUS_ZOMBIE, what="guardian exit")
+        start = {**scope, "command": f"touch {marker}", "background": True,
+                 "idempotency_key": "replay-1"}
+        sock.send(_request(first, "exec.start", start))  # queued: nobody is bound
+        second = _start_guardian(workspace, tether_env)
+        assert second["instance_id"] != first["instance_id"]
+        refused = _reply(sock)
+        assert refused["ok"] is False
+        assert refused["error"]["code"] in ("unauthorized", "wrong_guardian")
+        # With the new guardian's token but the old instance id: wrong_guardian.
+        sock.send(_request({**second, "instance_id": first["instance_id"]}, "exec.start", start))
+        wrong = _reply(sock)
+        assert wrong["error"]["code"] == "wrong_guardian"
+        assert wrong["error"]["data"]["input_sent"] is False
+        # Past its deadline: deadline_expired.
+        sock.send(_request(second, "exec.start", start, deadline_s=-1))
+        assert _reply(sock)["error"]["code"] == "deadline_expired"
+        sock.send(_request(second, "exec.list", {**scope, "limit": 10}))
+        assert _reply(sock)["result"]["executions"] == []
+        assert not marker.exists()
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace: Path) -> None:
+    locator = GuardianLocator(tether_env)
+    try:
+        handle = await locator.handle(str(workspace))
+        base = {"principal": "local", "workspace_root": str(workspace)}
+        thread = await handle.call("thread.open", base, timeout_s=10)
+        scope = {**base, "thread_id": thread["thread_id"]}
+        start = {**scope, "command": "stty -echo; cat", "background": True,
+                 "idempotency_key": "start-once"}
+        one = await handle.call("exec.start", start, timeout_s=10)
+        two = await handle.call("exec.start", start, timeout_s=10)
+        assert one["execution"]["execution_id"] == two["execution"]["execution_id"]
+        eid = one["execution"]["execution_id"]
+        typed = {**scope, "execution_id": eid, "text": "ping-once", "submit": True,
+                 "idempotency_key": "type-once", "wait_ms": 500}
+        first = await handle.call("exec.input", typed, timeout_s=10)
+        again = await handle.call("exec.input", typed, timeout_s=10)
+        assert again["input"]["replayed"] is True and "replayed" not in first["input"]
+        listed = await handle.call("exec.list", {**scope, "limit": 10}, timeout_s=10)
+        assert [r["execution_id"] for r in listed["executions"]] == [eid]
+        status = await handle.call("exec.status", {**scope, "execution_id": eid, "wait_ms": 300},
+                                   timeout_s=10)
+        assert status["output"]["text"].count("ping-once") == 1
+        with pytest.raises(Exception, match="different request"):
+            await handle.call("exec.input", {**typed, "text": "other"}, timeout_s=10)
+    finally:
+        locator.close()
+
+
+async def test_two_front_ends_share_one_guardian(tether_env: Config, workspace: Path) -> None:
+    async with Client(stdio_params()) as one, Client(stdio_params()) as two:
+        a = await initialize(one, workspace)
+        b = await initialize(two, workspace, a["thread_id"])
+        assert a["guardian"]["instance_id"] == b["guardian"]["instance_id"]
+        ran_a = await run(one, a, "echo from-one")
+        ran_b = await run(two, b, "echo from-two")
+        for client, session in ((one, a), (two, b)):
+            listed = (await execution(client, session, {"type": "list"}))["data"]["executions"]
+            ids = [r["execution_id"] for r in listed]
+            assert ran_a["execution_id"] in ids and ran_b["execution_id"] in ids
+
+
+async def test_old_generation_input_is_refused(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    await run(client, session, "sleep 20", wait=0.3)
+    reset = await client.call_tool("Initialize", {"type": "reset_shell", "thread_id": session["thread_id"],
+                                                  "workspace_root": str(workspace)})
+    assert reset.structured_content is not None
+    generation = reset.structured_content["data"]["generation"]
+    assert generation == session["generation"] + 1
+    await run(client, session, "sleep 20", wait=0.3)
+    stale = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "send_text", "text": "typed", "generation": session["generation"]}})
+    assert stale["code"] == "stale_generation"
+    assert stale["data"]["input_sent"] is False
+    ok = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                      "generation": generation})
+    assert ok["input_sent"] is True
+
+
+async def test_recovery_advice_is_recorded(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    uuid = "123e4567-e89b-12d3-a456-426614174000"
+    # `claude` is not installed here: the launch fails, but the advice is about the launch.
+    launch = await run(client, session, f"claude --session-id {uuid}")
+    record = (await execution(client, session, {"type": "get",
+                                                "execution_id": launch["execution_id"]}))
+    assert record["data"]["execution"]["recovery"] == {
+        "advice": "explicit_target", "source": "launch_argument",
+        "command": f"claude --resume {uuid}", "current_conversation_verified": False}
+    listing = json.dumps((await execution(client, session, {"type": "list"}))["data"])
+    assert "claude --resume" in listing
