@@ -35,7 +35,7 @@ def test_bare_launch_is_best_effort(command: str) -> None:
     "claude --resume not-a-uuid",
     f"echo hi | claude -r {U}",
     f"claude -r {U} | tee log",
-    f"claude -r $(cat id)",
+    "claude -r $(cat id)",
     f"claude --session-id {U} --resume {U}",
     f"/usr/bin/claude -r {U}",
     f"codex resume {U} extra",
