@@ -36,7 +36,7 @@ HELLO_TIMEOUT_S = 3.0
 #: Methods that put nothing into a terminal: safe to retry on a restarted guardian.
 _READ_ONLY = frozenset(
     {"hello", "thread.open", "exec.status", "exec.screen", "exec.list", "exec.get",
-     "exec.read", "exec.observe", "exec.wait"}
+     "exec.read", "exec.observe", "exec.wait", "exec.explain", "exec.wait_turn", "agent.receipt"}
 )
 
 

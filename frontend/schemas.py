@@ -65,8 +65,21 @@ class ScreenAction(ToolArgs):
     lines: int | None = Field(default=None, ge=1, le=MAX_ROWS)
 
 
+Recognizer = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$",
+                                   description="auto, or claude, codex, opencode, gemini, aider, shell")]
+
+
+class WaitForTurnAction(ToolArgs):
+    type: Literal["wait_for_turn"]
+    execution_id: Id
+    recognizer: Recognizer = "auto"
+    quiet_ms: int = Field(default=500, ge=0, le=10_000)
+    timeout_seconds: float = Field(default=30, ge=0, le=60)
+
+
 BashAction = Annotated[
-    CommandAction | StatusCheckAction | SendTextAction | SendKeysAction | ScreenAction,
+    CommandAction | StatusCheckAction | SendTextAction | SendKeysAction | ScreenAction
+    | WaitForTurnAction,
     Field(discriminator="type"),
 ]
 
@@ -136,8 +149,14 @@ class WaitAction(ToolArgs):
     events: list[WaitEvent] | None = None
 
 
+class ExplainAction(ToolArgs):
+    type: Literal["explain"]
+    execution_id: Id
+    recognizer: Recognizer = "auto"
+
+
 ExecutionAction = Annotated[
-    ListAction | GetAction | ReadAction | ObserveAction | WaitAction,
+    ListAction | GetAction | ReadAction | ObserveAction | WaitAction | ExplainAction,
     Field(discriminator="type"),
 ]
 
@@ -148,3 +167,23 @@ class ExecutionArgs(ToolArgs):
     thread_id: Id
     workspace_root: str
     action: ExecutionAction
+
+
+class AgentArgs(ToolArgs):
+    """Observe agents running in terminals, and prompt them exactly once."""
+
+    thread_id: Id
+    workspace_root: str
+    backend: Literal["native", "herdr"] = "native"
+    action: Literal["list", "get", "read", "explain", "wait", "prompt"]
+    target: Id | None = Field(default=None, description="execution_id of the agent")
+    prompt_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")] | None = None
+    text: str | None = Field(default=None, description="prompt text (at most 16 KiB)")
+    recognizer: Recognizer = "auto"
+    timeout_seconds: float = Field(default=10, ge=0, le=30)
+    limit: int = Field(default=20, ge=1, le=128)
+    source: Literal["output", "screen", "detection"] = "output"
+    page_bytes: int = Field(default=16 * 1024, ge=4, le=64 * 1024)
+    cursor: str | None = None
+    events: list[WaitEvent] | None = None
+    after: str | None = None

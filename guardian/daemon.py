@@ -34,7 +34,10 @@ from shared.reconcile import reconcile_lost
 log = logging.getLogger(__name__)
 
 #: Capabilities this build implements. The advertised version is derived from it.
-IMPLEMENTED = frozenset({Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT})
+IMPLEMENTED = frozenset({
+    Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT,
+    Capability.RECOGNITION, Capability.PROMPT_RECEIPTS,
+})
 
 #: Exit code when another guardian already serves this key (not an error for a racer).
 EXIT_ALREADY_RUNNING = 3

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from guardian.journal import Journal
@@ -20,11 +19,13 @@ from guardian.keys import keys_bytes
 from guardian.live import LiveExecution
 from guardian.notify import ChangeNotifier
 from guardian.pty_runtime import ExitStatus, PtyRuntime
+from guardian.recognize import pick_recognizer
 from guardian.records import output_tail, record_view
 from guardian.recovery import recovery_advice
 from guardian.retention import Retention
 from guardian.screen import TerminalScreen
 from guardian.shell import MainShell
+from guardian.turns import recognize_record
 from protocol.errors import ErrorCode, TetherError
 from protocol.methods import (
     DEFAULT_COLS,
@@ -79,13 +80,6 @@ class ExecutionManager:
         self.shells: dict[str, MainShell] = {}
         self.live: dict[str, LiveExecution] = {}
         self.retention = Retention(catalog, paths, clock)
-
-    def history_handlers(self) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
-        """Handlers of the read-side methods (read, observe, wait), kept in their own module."""
-        from guardian.history import History
-
-        history = History(self)
-        return history.handlers()
 
     # -- scope -----------------------------------------------------------------------------
 
@@ -546,6 +540,9 @@ class ExecutionManager:
         self.thread_for(params)
         self.retention.prune_thread(params.thread_id, protect=set(self.live))
         records = self.catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
+        if params.agents_only:
+            records = [r for r in records
+                       if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
         return {
             "executions": [self.view(r) for r in records],
             "catalog_cursor": self.catalog.change_seq(),
@@ -555,31 +552,21 @@ class ExecutionManager:
         self.thread_for(params)
         return self.view(self.record_for(params, params.execution_id))
 
-    def recognize(self, record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
-        """Turn recognition of an execution's current (or last) screen, as a dict."""
-        from guardian.recognize import ScreenView, recognize
-
-        if live is not None:
-            snap = live.screen.snapshot()
-            view = ScreenView(lines=snap.lines, title=snap.title)
-        else:
-            view = ScreenView(lines=tuple(str(record.get("screen_text") or "").split("\n")))
-        return recognize(view, "auto", command=record.get("command")).to_dict()
-
     def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
         """The detection snapshot: the recognition decision and the screen it looked at."""
         screen = live.screen.snapshot().text if live else str(record.get("screen_text") or "")
-        decision = self.recognize(record, live)
-        return json.dumps({"recognition": decision, "screen": screen}, ensure_ascii=False)
+        decision, observation = recognize_record(record, live)
+        return json.dumps({"recognition": decision.to_dict(), "observation": observation,
+                           "screen": screen}, ensure_ascii=False)
 
     def recognition_states(self, execution_ids: list[str]) -> dict[str, str]:
         """Recognized state of each live execution among ``execution_ids``."""
-        states = {}
+        states: dict[str, str] = {}
         for execution_id in execution_ids:
             live = self.live.get(execution_id)
             record = self.catalog.get_execution(execution_id) if live else None
             if live is not None and record is not None:
-                states[execution_id] = str(self.recognize(record, live)["state"])
+                states[execution_id] = recognize_record(record, live)[0].state
         return states
 
     def running_ids(self) -> list[str]:

@@ -18,6 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from guardian.executions import ExecutionManager
+from guardian.history import History
+from guardian.receipts import PromptDesk
+from guardian.turns import Turns
 from protocol import codec
 from protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
 from protocol.errors import ErrorCode, TetherError
@@ -84,7 +87,8 @@ class GuardianService:
             "exec.list": self.exec_list,
             "exec.get": self.exec_get,
         }
-        self._handlers.update(manager.history_handlers())
+        for side in (History(manager), Turns(manager), PromptDesk(manager)):
+            self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
         assert not missing, f"methods without handlers: {missing}"
 

@@ -93,6 +93,7 @@ class ExecScreenParams(Scoped):
 class ExecListParams(Scoped):
     limit: int = Field(default=20, ge=1, le=128)
     kind: Literal["command", "background", "agent"] | None = None
+    agents_only: bool = False  # executions running a known agent CLI (or launched as agents)
 
 
 class ExecGetParams(Scoped):
@@ -127,6 +128,38 @@ class ExecWaitParams(Scoped):
     ] | None = None
 
 
+RecognizerName = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")]
+PromptId = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+MAX_PROMPT_BYTES = 16 * 1024
+MAX_PROMPT_WAIT_MS = 30_000
+
+
+class ExecExplainParams(Scoped):
+    execution_id: ExecutionId
+    recognizer: RecognizerName = "auto"
+
+
+class ExecWaitTurnParams(Scoped):
+    execution_id: ExecutionId
+    recognizer: RecognizerName = "auto"
+    quiet_ms: int = Field(default=500, ge=0, le=10_000)
+    timeout_ms: int = Field(default=30_000, ge=0, le=MAX_WAIT_MS)
+
+
+class AgentPromptParams(Scoped):
+    execution_id: ExecutionId
+    prompt_id: PromptId
+    text: str = Field(min_length=1)
+    recognizer: RecognizerName = "auto"
+    timeout_ms: int = Field(default=10_000, ge=0, le=MAX_PROMPT_WAIT_MS)
+
+
+class AgentReceiptParams(Scoped):
+    execution_id: ExecutionId
+    prompt_id: PromptId
+    timeout_ms: int = Field(default=0, ge=0, le=MAX_PROMPT_WAIT_MS)
+
+
 class ShutdownParams(Params):
     reason: str = Field(default="requested", max_length=200)
 
@@ -146,6 +179,10 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
     "exec.read": (ExecReadParams, Capability.EXEC),
     "exec.observe": (ExecObserveParams, Capability.OBSERVE),
     "exec.wait": (ExecWaitParams, Capability.WAIT),
+    "exec.explain": (ExecExplainParams, Capability.RECOGNITION),
+    "exec.wait_turn": (ExecWaitTurnParams, Capability.RECOGNITION),
+    "agent.prompt": (AgentPromptParams, Capability.PROMPT_RECEIPTS),
+    "agent.receipt": (AgentReceiptParams, Capability.PROMPT_RECEIPTS),
 }
 
 #: Methods that may be sent without naming a guardian instance: they have no side effects

@@ -68,6 +68,15 @@ CREATE TABLE IF NOT EXISTS executions (
 );
 CREATE INDEX IF NOT EXISTS executions_thread ON executions (thread_id, seq);
 CREATE INDEX IF NOT EXISTS executions_change ON executions (change_seq);
+CREATE TABLE IF NOT EXISTS receipts (
+    execution_id TEXT NOT NULL,
+    prompt_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    payload_sha256 TEXT NOT NULL,
+    receipt TEXT NOT NULL,
+    created_unix_ms INTEGER NOT NULL,
+    PRIMARY KEY (execution_id, prompt_id)
+);
 CREATE TABLE IF NOT EXISTS idempotency (
     principal TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -299,6 +308,33 @@ class Catalog:
             (thread_id,),
         ).fetchall()
         return [dict(row) for row in rows]
+
+    # -- prompt receipts (R21, R22) ------------------------------------------------------
+
+    def get_receipt(self, execution_id: str, prompt_id: str) -> tuple[str, dict[str, Any]] | None:
+        """``(payload_sha256, receipt)`` stored for a prompt id on an execution, or None."""
+        row = self._db.execute(
+            "SELECT payload_sha256, receipt FROM receipts WHERE execution_id = ? AND prompt_id = ?",
+            (execution_id, prompt_id),
+        ).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
+
+    def count_receipts(self, execution_id: str, generation: int) -> int:
+        row = self._db.execute(
+            "SELECT count(*) FROM receipts WHERE execution_id = ? AND generation = ?",
+            (execution_id, generation),
+        ).fetchone()
+        return int(row[0])
+
+    def put_receipt(
+        self, execution_id: str, prompt_id: str, generation: int, payload_sha256: str,
+        receipt: dict[str, Any],
+    ) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?, ?, ?)",
+            (execution_id, prompt_id, generation, payload_sha256, json.dumps(receipt),
+             self.clock.now_ms()),
+        )
 
     # -- idempotency ---------------------------------------------------------------------
 

@@ -69,12 +69,13 @@ async def test_alternate_screen_enter_and_leave(client: Client, workspace: Path)
 
 async def test_emoji_joiners_and_keyboard_protocol(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
-    await run(client, session, r"printf 'ok ❤️ done\n'; printf '\e[<1u\e[=1u\e[>1u'; echo tail-mark")
-    screen = await _screen(client, session)
+    ran = await run(client, session,
+                    r"printf 'ok ❤️ done\n'; printf '\e[<1u\e[=1u\e[>1u'; echo tail-mark")
+    assert ran["status"] == "exited", ran
+    screen = await _screen_until(client, session, lambda s: "tail-mark" in s["text"])
     text = screen["text"]
-    assert "done" in text and "❤" in text
-    assert "1u" not in text
-    assert "tail-mark" in text
+    assert "ok ❤" in text and "done" in text, text
+    assert "1u" not in text, text
 
 
 async def test_cursor_position_query_is_answered(client: Client, workspace: Path) -> None:

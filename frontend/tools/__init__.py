@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from frontend.tools.agent import AgentTool
 from frontend.tools.base import Tool
 from frontend.tools.bash_command import BashCommandTool
 from frontend.tools.execution import ExecutionTool
@@ -10,4 +11,4 @@ from frontend.tools.initialize import InitializeTool
 
 def all_tools() -> list[Tool]:
     """Every tool, in the order clients see them."""
-    return [InitializeTool(), BashCommandTool(), ExecutionTool()]
+    return [InitializeTool(), BashCommandTool(), ExecutionTool(), AgentTool()]

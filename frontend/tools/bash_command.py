@@ -16,6 +16,7 @@ from frontend.schemas import (
     SendKeysAction,
     SendTextAction,
     StatusCheckAction,
+    WaitForTurnAction,
 )
 from frontend.tools.base import Progress, Session, Tool
 from protocol.methods import DEFAULT_COLS, DEFAULT_ROWS
@@ -68,6 +69,15 @@ class BashCommandTool(Tool):
                 params.update(text=action.text, submit=action.submit)
             else:
                 params["keys"] = action.keys
+        elif isinstance(action, WaitForTurnAction):
+            turn = await _with_progress(session.locator.call(
+                root, "exec.wait_turn",
+                {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer,
+                 "quiet_ms": action.quiet_ms, "timeout_ms": int(action.timeout_seconds * 1000)},
+                timeout_s=action.timeout_seconds + RPC_SLACK_S), progress, action.timeout_seconds)
+            state = turn["recognition"]["state"]
+            return results.ok(turn, f"{turn['outcome']}: {state} "
+                                    f"(rule {turn['recognition']['rule']})")
         else:
             assert isinstance(action, ScreenAction)
             screen = await session.locator.call(

@@ -9,6 +9,7 @@ import mcp_types as types
 from frontend import results
 from frontend.schemas import (
     ExecutionArgs,
+    ExplainAction,
     GetAction,
     ListAction,
     ObserveAction,
@@ -72,6 +73,13 @@ class ExecutionTool(Tool):
                     "some observe items failed; see each item's errors",
                 )
             return results.ok(data, _observe_text(data))
+        if isinstance(action, ExplainAction):
+            data = await call(root, "exec.explain", {**scope, "execution_id": action.execution_id,
+                                                     "recognizer": action.recognizer},
+                              timeout_s=RPC_SLACK_S)
+            decision = data["recognition"]
+            return results.ok(data, f"{decision['state']} (recognizer {decision['recognizer']}, "
+                                    f"rule {decision['rule']}, reason {decision['reason']})")
         assert isinstance(action, WaitAction)
         timeout_ms = int(action.timeout_seconds * 1000)
         data = await call(

@@ -1,0 +1,95 @@
+"""``Agent``: observe agent CLIs running in Tether terminals, and prompt them exactly once.
+
+Prompting goes through the guardian's receipts (``prompt_receipts``); with a guardian that
+lacks it the call fails with ``capability_missing`` — never a fallback to raw typing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+
+from frontend import results
+from frontend.schemas import AgentArgs
+from frontend.tools.base import Progress, Session, Tool
+from protocol.errors import ErrorCode, TetherError
+
+RPC_SLACK_S = 10.0
+
+
+class AgentTool(Tool):
+    name = "Agent"
+    description = (
+        "Observe coding agents (Claude Code, Codex, ...) running in this thread's terminals and "
+        "prompt them exactly once. action: list, get {target}, read {target, source, cursor}, "
+        "explain {target}, wait {target, prompt_id?}, prompt {target, prompt_id, text}. A "
+        "prompt is typed only when the agent waits for input; the same prompt_id never types "
+        "twice. The receipt says whether it was delivered, whether work was observed after it, "
+        "and whether the agent's turn came back."
+    )
+    args_model = AgentArgs
+    annotations = types.ToolAnnotations(destructive_hint=True, open_world_hint=True)
+
+    async def run(self, session: Session, args: AgentArgs, progress: Progress) -> types.CallToolResult:
+        if args.backend == "herdr":
+            raise TetherError(
+                ErrorCode.HERDR_DISABLED,
+                "the herdr backend is not configured on this server; ask the operator to "
+                "configure it (retrying unchanged will not help)",
+                {"operator_action_required": True, "input_sent": False},
+            )
+        root, scope = session.scope(args.thread_id, args.workspace_root)
+        call = session.locator.call
+        if args.action == "list":
+            data = await call(root, "exec.list", {**scope, "limit": args.limit, "agents_only": True},
+                              timeout_s=RPC_SLACK_S)
+            lines = [f"{r['execution_id']} {r['status']} {r['command'][:80]}"
+                     for r in data["executions"]]
+            return results.ok(data, "\n".join(lines) or "no agents in this thread")
+        target = _need(args.target, "target", args.action)
+        if args.action == "get":
+            data = await call(root, "exec.get", {**scope, "execution_id": target},
+                              timeout_s=RPC_SLACK_S)
+            return results.ok(data, results.json_text(data["execution"]))
+        if args.action == "read":
+            data = await call(root, "exec.read", {
+                **scope, "execution_id": target, "source": args.source,
+                "page_bytes": args.page_bytes, "cursor": args.cursor}, timeout_s=RPC_SLACK_S)
+            return results.ok(data, data["text"] or "(empty page)")
+        if args.action == "explain":
+            data = await call(root, "exec.explain", {**scope, "execution_id": target,
+                                                     "recognizer": args.recognizer},
+                              timeout_s=RPC_SLACK_S)
+            return results.ok(data, results.json_text(data["recognition"]))
+        timeout_ms = int(args.timeout_seconds * 1000)
+        if args.action == "wait" and args.prompt_id is None:
+            data = await call(root, "exec.wait", {
+                **scope, "execution_ids": [target], "after": args.after, "events": args.events,
+                "timeout_ms": timeout_ms}, timeout_s=args.timeout_seconds + RPC_SLACK_S)
+            return results.ok(data, data["outcome"])
+        prompt_id = _need(args.prompt_id, "prompt_id", args.action)
+        if args.action == "wait":
+            data = await call(root, "agent.receipt", {
+                **scope, "execution_id": target, "prompt_id": prompt_id, "timeout_ms": timeout_ms},
+                timeout_s=args.timeout_seconds + RPC_SLACK_S)
+            return results.ok(data, _receipt_text(data["receipt"]))
+        text = _need(args.text, "text", args.action)
+        data = await call(root, "agent.prompt", {
+            **scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
+            "recognizer": args.recognizer, "timeout_ms": timeout_ms},
+            timeout_s=args.timeout_seconds + RPC_SLACK_S)
+        return results.ok(data, _receipt_text(data["receipt"]))
+
+
+def _need(value: Any, name: str, action: str) -> Any:
+    if value is None:
+        raise TetherError(ErrorCode.INVALID_REQUEST, f"Agent {action} needs {name}",
+                          {"input_sent": False})
+    return value
+
+
+def _receipt_text(receipt: dict[str, Any]) -> str:
+    return (f"prompt {receipt['prompt_id']}: delivered={receipt['delivered']} "
+            f"activity_observed={receipt['activity_observed']} "
+            f"wait_reached={receipt['wait_reached']} (generation {receipt['generation']})")

@@ -1,0 +1,192 @@
+"""Prompt delivery with receipts (SPEC R21, R22): once only, provably, never resent.
+
+A prompt is typed only when the target's recognizer says ``awaiting_input``. Before a byte
+is typed the receipt is persisted (``delivered: false``), bound to the runtime identity and
+generation, with an activity baseline; after the text and Enter it is persisted again. The
+receipt keeps three facts apart:
+
+- ``delivered``: the bytes were written to the target's terminal;
+- ``activity_observed``: after the baseline, the screen changed *and* the recognizer saw work
+  or an approval question. The echo of the text, a stale idle screen and elapsed time never
+  count; if the text itself looks like a work or approval marker, activity stays unconfirmed
+  for the receipt's lifetime;
+- ``wait_reached``: after activity, the program came back to waiting (input or approval).
+
+A repeat of a prompt id with the same text returns the stored receipt and types nothing; with
+other text it is ``prompt_id_conflict``. Nothing here ever resends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from guardian.recognize import ScreenView, UnknownRecognizerError, recognize
+from guardian.turns import READY_STATES, recognize_record
+from protocol.envelope import Request
+from protocol.errors import ErrorCode, TetherError
+from protocol.methods import MAX_PROMPT_BYTES, AgentPromptParams, AgentReceiptParams
+
+if TYPE_CHECKING:
+    from guardian.executions import ExecutionManager
+    from guardian.live import LiveExecution
+
+MAX_RECEIPTS_PER_GENERATION = 64
+ACTIVITY_STATES = frozenset({"busy", "awaiting_approval"})
+#: How long to wait for the typed text to reach the screen before pressing Enter, so a TUI
+#: that treats one burst of input as a paste does not swallow the Enter into the text.
+ECHO_WAIT_S = 0.5
+
+
+def _screen_digest(live: LiveExecution) -> str:
+    return hashlib.sha256(live.screen.snapshot().text.encode()).hexdigest()[:16]
+
+
+class PromptDesk:
+    """``agent.prompt`` and ``agent.receipt`` over one execution manager."""
+
+    def __init__(self, manager: ExecutionManager) -> None:
+        self.m = manager
+
+    def handlers(self) -> dict[str, Any]:
+        return {"agent.prompt": self.prompt, "agent.receipt": self.receipt}
+
+    async def prompt(self, request: Request, params: AgentPromptParams) -> dict[str, Any]:
+        self.m.thread_for(params)
+        size = len(params.text.encode())
+        if size > MAX_PROMPT_BYTES:
+            raise TetherError(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"prompt text is {size} bytes; the limit is {MAX_PROMPT_BYTES}",
+                {"input_sent": False, "limit": MAX_PROMPT_BYTES},
+            )
+        payload = hashlib.sha256(params.text.encode()).hexdigest()
+        catalog = self.m.catalog
+        record = self.m.record_for(params, params.execution_id)
+        stored = catalog.get_receipt(params.execution_id, params.prompt_id)
+        if stored is not None:
+            if stored[0] != payload:
+                raise TetherError(
+                    ErrorCode.PROMPT_ID_CONFLICT,
+                    f"prompt_id {params.prompt_id!r} was already used with different text on "
+                    "this execution; nothing was typed. Use a new prompt_id for new text.",
+                    {"input_sent": False},
+                )
+            return {"receipt": stored[1], "replayed": True, "input_sent": False}
+        live = self.m.live.get(params.execution_id)
+        if live is None:
+            raise TetherError(
+                ErrorCode.NOT_RUNNING,
+                f"execution {params.execution_id} is {record['status']}"
+                + (f" ({record['reason']})" if record.get("reason") else "")
+                + "; its runtime is gone and nothing was typed",
+                {"input_sent": False, "status": record["status"]},
+            )
+        if catalog.count_receipts(params.execution_id, live.generation) >= MAX_RECEIPTS_PER_GENERATION:
+            raise TetherError(
+                ErrorCode.RECEIPT_LIMIT,
+                f"this runtime (generation {live.generation}) already has "
+                f"{MAX_RECEIPTS_PER_GENERATION} prompt receipts; nothing was typed",
+                {"input_sent": False, "limit": MAX_RECEIPTS_PER_GENERATION},
+            )
+        decision, _ = recognize_record(record, live, params.recognizer)
+        if decision.state != "awaiting_input":
+            raise TetherError(
+                ErrorCode.INPUT_NOT_READY,
+                f"the program is not waiting for input (recognized {decision.state}); "
+                "nothing was typed. Wait for its turn (wait_for_turn) and try again.",
+                {"input_sent": False, "state": decision.state, "recognition": decision.to_dict()},
+            )
+        receipt: dict[str, Any] = {
+            "prompt_id": params.prompt_id,
+            "execution_id": params.execution_id,
+            "generation": live.generation,
+            "runtime": live.runtime.identity.to_dict() if live.runtime.identity else None,
+            "recognizer": decision.recognizer,
+            "delivered": False,
+            "activity_observed": False,
+            "wait_reached": False,
+            "activity_unconfirmable": self._looks_like_marker(params.text, decision.recognizer),
+            "baseline": {
+                "output_activity_seq": live.activity_seq,
+                "screen_sha256": _screen_digest(live),
+                "state": decision.state,
+                "at_unix_ms": self.m.clock.now_ms(),
+            },
+            "observed_at_unix_ms": self.m.clock.now_ms(),
+        }
+        # Persisted before the first byte: a crash mid-delivery leaves an honest record.
+        catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
+        await self._type(live, params.text)
+        receipt["delivered"] = True
+        receipt["observed_at_unix_ms"] = self.m.clock.now_ms()
+        catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
+        await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
+        return {"receipt": receipt, "replayed": False, "input_sent": True}
+
+    async def receipt(self, request: Request, params: AgentReceiptParams) -> dict[str, Any]:
+        """The stored receipt, observed further for up to ``timeout_ms`` while still live."""
+        self.m.thread_for(params)
+        record = self.m.record_for(params, params.execution_id)
+        stored = self.m.catalog.get_receipt(params.execution_id, params.prompt_id)
+        if stored is None:
+            raise TetherError(
+                ErrorCode.NOT_FOUND,
+                f"no receipt for prompt_id {params.prompt_id!r} on this execution",
+            )
+        payload, receipt = stored
+        live = self.m.live.get(params.execution_id)
+        if live is not None and live.generation == receipt["generation"] and receipt["delivered"]:
+            await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
+        return {"receipt": receipt, "replayed": True, "input_sent": False}
+
+    def _looks_like_marker(self, text: str, recognizer: str) -> bool:
+        """R22: text that itself reads as work or approval can never prove activity."""
+        try:
+            state = recognize(ScreenView.from_text(text), recognizer).state
+        except UnknownRecognizerError:
+            return True
+        return state in ACTIVITY_STATES
+
+    async def _type(self, live: LiveExecution, text: str) -> None:
+        loop = asyncio.get_running_loop()
+        before = live.activity_seq
+        try:
+            await live.runtime.write(text.encode(), timeout_s=5.0)
+            deadline = loop.time() + ECHO_WAIT_S
+            while live.activity_seq == before and loop.time() < deadline:
+                await self.m.notifier.wait(deadline - loop.time())
+            await live.runtime.write(b"\r", timeout_s=5.0)
+        except (OSError, TimeoutError) as exc:
+            raise TetherError(
+                ErrorCode.NOT_RUNNING,
+                f"typing the prompt failed part-way ({exc}); it will not be resent",
+                {"input_sent": "unknown"},
+            ) from None
+
+    async def _observe(
+        self, receipt: dict[str, Any], live: LiveExecution, record: dict[str, Any],
+        payload: str, timeout_s: float,
+    ) -> None:
+        """Update activity and wait facts until the turn is back or ``timeout_s`` passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        baseline = receipt["baseline"]
+        while True:
+            decision, _ = recognize_record(record, live, receipt["recognizer"])
+            changed = (live.activity_seq > baseline["output_activity_seq"]
+                       and _screen_digest(live) != baseline["screen_sha256"])
+            if (not receipt["activity_observed"] and not receipt["activity_unconfirmable"]
+                    and changed and decision.state in ACTIVITY_STATES):
+                receipt["activity_observed"] = True
+            if receipt["activity_observed"] and decision.state in READY_STATES:
+                receipt["wait_reached"] = True
+            receipt["state"] = decision.state
+            if receipt["wait_reached"] or live.done.is_set() or loop.time() >= deadline:
+                break
+            await self.m.notifier.wait(deadline - loop.time())
+        receipt["observed_at_unix_ms"] = self.m.clock.now_ms()
+        self.m.catalog.put_receipt(
+            receipt["execution_id"], receipt["prompt_id"], receipt["generation"], payload, receipt
+        )

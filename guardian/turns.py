@@ -1,0 +1,95 @@
+"""Turn recognition over live executions: ``exec.explain`` and ``exec.wait_turn`` (R20)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from guardian.recognize import Recognition, ScreenView, UnknownRecognizerError, recognize
+from protocol.envelope import Request
+from protocol.errors import ErrorCode, TetherError
+from protocol.methods import ExecExplainParams, ExecWaitTurnParams
+
+if TYPE_CHECKING:
+    from guardian.executions import ExecutionManager
+    from guardian.live import LiveExecution
+
+READY_STATES = frozenset({"awaiting_input", "awaiting_approval"})
+
+
+def recognize_record(
+    record: dict[str, Any], live: LiveExecution | None, recognizer: str = "auto"
+) -> tuple[Recognition, dict[str, Any]]:
+    """Recognition of an execution's current screen (live) or last screen, plus metadata."""
+    if live is not None:
+        snap = live.screen.snapshot()
+        view = ScreenView(lines=snap.lines, title=snap.title)
+        source = "live_screen"
+    else:
+        view = ScreenView.from_text(str(record.get("screen_text") or ""))
+        source = "retained_screen"
+    try:
+        decision = recognize(view, recognizer, command=record.get("command"))
+    except UnknownRecognizerError as exc:
+        raise TetherError(ErrorCode.UNKNOWN_RECOGNIZER, str(exc), {"input_sent": False}) from None
+    observation = {
+        "detection_source": source,
+        "screen_bytes_fed": live.screen.bytes_fed if live is not None else None,
+        "output_activity_seq": live.activity_seq if live is not None else None,
+        "execution_status": record["status"],
+    }
+    return decision, observation
+
+
+class Turns:
+    """``exec.explain`` and ``exec.wait_turn`` over one execution manager."""
+
+    def __init__(self, manager: ExecutionManager) -> None:
+        self.m = manager
+
+    def handlers(self) -> dict[str, Any]:
+        return {"exec.explain": self.explain, "exec.wait_turn": self.wait_turn}
+
+    async def explain(self, request: Request, params: ExecExplainParams) -> dict[str, Any]:
+        """The whole recognition decision: recognizer, state, rule, priority, reason."""
+        self.m.thread_for(params)
+        record = self.m.record_for(params, params.execution_id)
+        decision, observation = recognize_record(
+            record, self.m.live.get(params.execution_id), params.recognizer
+        )
+        return {"execution_id": params.execution_id, "recognition": decision.to_dict(),
+                "observation": observation}
+
+    async def wait_turn(self, request: Request, params: ExecWaitTurnParams) -> dict[str, Any]:
+        """Wait until the program waits for input (or approval) and its output has been quiet
+        for ``quiet_ms``; or it exits; or the timeout passes."""
+        self.m.thread_for(params)
+        record = self.m.record_for(params, params.execution_id)
+        live = self.m.live.get(params.execution_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + params.timeout_ms / 1000
+        quiet_s = params.quiet_ms / 1000
+        outcome = "timeout"
+        while True:
+            decision, _ = recognize_record(record, live, params.recognizer)
+            if live is None or live.done.is_set():
+                outcome = "exited"
+                break
+            seen = live.activity_seq
+            if decision.state in READY_STATES:
+                # Ready now: it must stay quiet for quiet_ms to count as the end of a turn.
+                quiet_until = min(deadline, loop.time() + quiet_s)
+                while live.activity_seq == seen and loop.time() < quiet_until:
+                    await self.m.notifier.wait(quiet_until - loop.time())
+                if live.activity_seq == seen and loop.time() >= quiet_until and quiet_until <= deadline:
+                    decision, _ = recognize_record(record, live, params.recognizer)
+                    if decision.state in READY_STATES:
+                        outcome = "turn_ready"
+                        break
+            if loop.time() >= deadline:
+                break
+            if live.activity_seq == seen:
+                await self.m.notifier.wait(deadline - loop.time())
+        record = self.m.catalog.get_execution(params.execution_id) or record
+        return {"outcome": outcome, "recognition": decision.to_dict(),
+                "execution": self.m.view(record)}

@@ -1,0 +1,175 @@
+"""Turn recognition and the Agent tool through the real MCP client (issue 6, R20-R22)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from mcp import Client
+
+from tests.conftest import stdio_params
+from tests.helpers import poll
+from tests.mcp_helpers import bash, call, call_error, execution, initialize
+
+pytestmark = pytest.mark.anyio
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
+FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
+EXPECTED = {
+    "claude_03_idle_empty": "awaiting_input",
+    "claude_05_idle_after_reply": "awaiting_input",
+    "claude_06_approval_bash": "awaiting_approval",
+    "claude_08_busy_early": "busy",
+}
+
+
+def _log_lines(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    return [json.loads(line)["received"] for line in log.read_text().splitlines() if line]
+
+
+async def _agent(client: Client, session: dict[str, Any], args: dict[str, Any],
+                 error: bool = False) -> dict[str, Any]:
+    full = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"], **args}
+    if error:
+        return await call_error(client, "Agent", full)
+    return await call(client, "Agent", full)
+
+
+async def _start_fake(client: Client, session: dict[str, Any], log: Path,
+                      extra: str = "") -> str:
+    started = await bash(client, session, {
+        "type": "command", "is_background": True, "rows": 40, "cols": 120,
+        "command": f"{sys.executable} {FAKE_AGENT} --log {log} {extra}"})
+    eid = str(started["execution_id"])
+    turn = await bash(client, session, {"type": "wait_for_turn", "execution_id": eid,
+                                        "recognizer": "claude", "timeout_seconds": 15})
+    assert turn["outcome"] == "turn_ready", turn
+    return eid
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+async def test_fixture_screens_are_recognised(name: str, client: Client, workspace: Path) -> None:
+    if not FIXTURES.exists():
+        pytest.skip(f"fixtures not found at {FIXTURES}")
+    expected_text = (FIXTURES / f"{name}.txt").read_text().rstrip("\n")
+    session = await initialize(client, workspace)
+    started = await bash(client, session, {
+        "type": "command", "is_background": True, "rows": 40, "cols": 120,
+        "command": f"cat {FIXTURES / name}.ansi; sleep 30"})
+    eid = started["execution_id"]
+    poll_screen = {"type": "screen", "execution_id": eid}
+    for _ in range(200):
+        if (await bash(client, session, poll_screen))["screen"]["text"] == expected_text:
+            break
+    explained = (await execution(client, session, {"type": "explain", "execution_id": eid,
+                                                   "recognizer": "claude"}))["data"]
+    decision = explained["recognition"]
+    assert decision["state"] == EXPECTED[name]
+    assert decision["recognizer"] == "claude" and decision["rule"]
+    assert decision["priority"] is not None
+
+
+async def test_prompt_is_delivered_once(client: Client, workspace: Path, tmp_path: Path) -> None:
+    session = await initialize(client, workspace)
+    log = tmp_path / "agent.log"
+    eid = await _start_fake(client, session, log)
+    listed = (await _agent(client, session, {"action": "list"}))["data"]["executions"]
+    assert listed == []  # a python script is not a known agent CLI: no silent guessing
+    prompt = {"action": "prompt", "target": eid, "prompt_id": "p1", "text": "hello agent",
+              "recognizer": "claude", "timeout_seconds": 15}
+    first = (await _agent(client, session, prompt))["data"]
+    receipt = first["receipt"]
+    assert (receipt["delivered"], receipt["activity_observed"], receipt["wait_reached"]) == (
+        True, True, True)
+    assert receipt["generation"] == 1 and receipt["execution_id"] == eid
+    assert _log_lines(log) == ["hello agent"]
+
+    again = (await _agent(client, session, prompt))["data"]
+    assert again["replayed"] is True
+    assert again["receipt"]["baseline"] == receipt["baseline"]
+    assert _log_lines(log) == ["hello agent"]
+
+    conflict = await _agent(client, session, {**prompt, "text": "something else"}, error=True)
+    assert conflict["code"] == "prompt_id_conflict" and conflict["data"]["input_sent"] is False
+
+    await _agent(client, session, {**prompt, "prompt_id": "p2", "text": "long job",
+                                   "timeout_seconds": 0})
+    busy = await _agent(client, session, {**prompt, "prompt_id": "p3", "text": "too early"},
+                        error=True)
+    assert busy["code"] == "input_not_ready" and busy["data"]["input_sent"] is False
+    assert busy["data"]["state"] == "busy"
+    assert _log_lines(log) == ["hello agent", "long job"]
+
+    too_big = await _agent(client, session, {**prompt, "prompt_id": "p4", "text": "x" * 16385},
+                           error=True)
+    assert too_big["code"] == "limit_exceeded" and "16384" in too_big["message"]
+    herdr = await _agent(client, session, {**prompt, "backend": "herdr"}, error=True)
+    assert herdr["code"] == "herdr_disabled"
+    assert herdr["data"] == {"operator_action_required": True, "input_sent": False}
+
+
+async def test_echo_or_marker_text_is_not_activity(client: Client, workspace: Path,
+                                                   tmp_path: Path) -> None:
+    session = await initialize(client, workspace)
+    shell = await bash(client, session, {"type": "command", "is_background": True,
+                                         "command": "PS1='$ ' bash --norc -i"})
+    turn = await bash(client, session, {"type": "wait_for_turn", "execution_id":
+                                        shell["execution_id"], "recognizer": "shell"})
+    assert turn["outcome"] == "turn_ready"
+    echoed = (await _agent(client, session, {
+        "action": "prompt", "target": shell["execution_id"], "prompt_id": "e1",
+        "text": "echo some words", "recognizer": "shell", "timeout_seconds": 2}))["data"]
+    assert echoed["receipt"]["delivered"] is True
+    assert echoed["receipt"]["activity_observed"] is False  # only the echo and a new prompt
+
+    log = tmp_path / "agent.log"
+    eid = await _start_fake(client, session, log)
+    marker = (await _agent(client, session, {
+        "action": "prompt", "target": eid, "prompt_id": "m1", "recognizer": "claude",
+        "text": "esc to interrupt", "timeout_seconds": 10}))["data"]["receipt"]
+    assert marker["delivered"] is True and marker["activity_unconfirmable"] is True
+    assert marker["activity_observed"] is False
+    assert _log_lines(log) == ["esc to interrupt"]
+
+
+async def test_receipt_survives_front_end_and_guardian_crashes(
+    tether_env: Any, workspace: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "agent.log"
+    first = Client(stdio_params())
+    await first.__aenter__()
+    session = await initialize(first, workspace)
+    eid = await _start_fake(first, session, log)
+    prompt = {"action": "prompt", "target": eid, "prompt_id": "keep", "text": "survive",
+              "recognizer": "claude", "timeout_seconds": 15}
+    receipt = (await _agent(first, session, prompt))["data"]["receipt"]
+    serve = [p for p in psutil.Process().children(recursive=True) if "serve" in " ".join(p.cmdline())]
+    for proc in serve:
+        proc.kill()
+    with contextlib.suppress(BaseException):
+        await first.__aexit__(None, None, None)
+
+    async with Client(stdio_params()) as second:
+        again = await initialize(second, workspace, session["thread_id"])
+        waited = (await _agent(second, again, {"action": "wait", "target": eid,
+                                               "prompt_id": "keep", "timeout_seconds": 0}))
+        assert waited["data"]["receipt"]["baseline"] == receipt["baseline"]
+        guardian = psutil.Process(again["guardian"]["pid"])
+        guardian.kill()
+        guardian.wait(timeout=10)
+        poll(lambda: _log_lines(log) == ["survive"], what="log to stay at one line")
+        after = (await _agent(second, again, {"action": "wait", "target": eid,
+                                              "prompt_id": "keep", "timeout_seconds": 0}))
+        assert after["data"]["receipt"]["delivered"] is True
+        assert after["data"]["receipt"]["baseline"] == receipt["baseline"]
+        refused = await _agent(second, again, {**prompt, "prompt_id": "new"}, error=True)
+        assert refused["code"] == "not_running" and refused["data"]["input_sent"] is False
+        assert refused["data"]["status"] == "unknown"
+        assert _log_lines(log) == ["survive"]
