@@ -172,6 +172,16 @@ class GuardianLocator:
             client.close()
             return None
         chosen = Version(*hello["version"])
+        if chosen.major != MAJOR:
+            client.close()
+            raise TetherError(
+                ErrorCode.PROTOCOL_MISMATCH,
+                f"the guardian at {info['endpoint']} speaks protocol {chosen}; this front-end "
+                f"speaks {MAJOR}.0-{version}. Restart it with this version of Tether "
+                "(`tether guardians restart --workspace <root>`).",
+                {"client_range": [f"{MAJOR}.0", str(version)], "guardian_version": str(chosen),
+                 "operator_action_required": True, "input_sent": False},
+            )
         client.version = chosen
         return GuardianHandle(paths, info, client, chosen, frozenset(hello["capabilities"]))
 

@@ -182,8 +182,9 @@ class GuardianService:
 
     async def shutdown(self, request: Request, params: ShutdownParams) -> dict[str, Any]:
         running = self.manager.running_ids()
-        self._on_shutdown(params.reason)
-        return {"stopping": True, "running_executions": running}
+        if not params.dry_run:
+            self._on_shutdown(params.reason)
+        return {"stopping": not params.dry_run, "running_executions": running}
 
     async def thread_open(self, request: Request, params: ThreadOpenParams) -> dict[str, Any]:
         return await self.manager.open_thread(params)

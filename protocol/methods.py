@@ -162,6 +162,7 @@ class AgentReceiptParams(Scoped):
 
 class ShutdownParams(Params):
     reason: str = Field(default="requested", max_length=200)
+    dry_run: bool = False  # only report what stopping would end
 
 
 #: method name -> (params model, capability it needs or None for always-available methods)

@@ -1,0 +1,111 @@
+"""``tether guardians``: list, inspect, stop and restart guardians (a person's commands)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from frontend.guardians import GuardianLocator, read_info
+from protocol.errors import TetherError
+from protocol.transport import GuardianClient
+from protocol.versions import Version
+from shared.config import Config
+from shared.identity import ProcessIdentity
+from shared.paths import GuardianPaths, canonical_workspace, guardian_paths
+
+
+def _all_infos(config: Config) -> list[dict[str, Any]]:
+    infos = []
+    if config.runtime_dir.is_dir():
+        for path in sorted(config.runtime_dir.glob("*/guardian.json")):
+            try:
+                info = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            ident = ProcessIdentity.from_dict(info)
+            info["alive"] = bool(ident and ident.alive())
+            infos.append(info)
+    return infos
+
+
+async def _shutdown(info: dict[str, Any], *, dry_run: bool) -> list[str]:
+    """Stop the guardian (or, with ``dry_run``, only ask what stopping it would end)."""
+    client = GuardianClient(info["endpoint"], info["auth_token"], version=Version(1, 0),
+                            instance_id=info["instance_id"])
+    try:
+        result = await client.call(
+            "guardian.shutdown", {"reason": "tether guardians", "dry_run": dry_run}, timeout_s=5)
+        return list(result.get("running_executions", []))
+    finally:
+        client.close()
+
+
+def _paths(config: Config, workspace: str) -> GuardianPaths:
+    return guardian_paths(config, "local", canonical_workspace(workspace))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether guardians")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every guardian of this user")
+    for name, help_ in (("status", "one workspace's guardian"),
+                        ("stop", "stop a workspace's guardian (ends its terminals)"),
+                        ("restart", "stop it and start one of this version")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--workspace", required=True)
+        if name in ("stop", "restart"):
+            p.add_argument("--yes", action="store_true",
+                           help="really stop it, ending every running terminal it holds")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.from_env()
+        if args.command == "list":
+            for entry in _all_infos(config):
+                state = "alive" if entry["alive"] else "gone"
+                print(f"{entry.get('workspace_root')}  protocol {entry.get('protocol')}  "
+                      f"pid {entry.get('pid')}  {state}  instance {entry.get('instance_id')}")
+            return 0
+        paths = _paths(config, args.workspace)
+        info = read_info(paths)
+        ident = ProcessIdentity.from_dict(info) if info else None
+        alive = bool(ident and ident.alive())
+        if args.command == "status":
+            print(json.dumps({"alive": alive, **{k: v for k, v in (info or {}).items()
+                                                  if k != "auth_token"}}, indent=2))
+            return 0 if alive else 1
+        if alive and info is not None and not args.yes:
+            running = asyncio.run(_shutdown(info, dry_run=True))
+            print(f"This stops the guardian of {args.workspace} (pid {info['pid']}, protocol "
+                  f"{info['protocol']}). Every terminal it holds is hung up, which ends these "
+                  f"running executions: {', '.join(running) or 'none'} (and each thread's idle "
+                  "shell). Their records and output stay readable. Run again with --yes.")
+            return 2
+        if alive and info is not None:
+            ended = asyncio.run(_shutdown(info, dry_run=False))
+            ident_ = ProcessIdentity.from_dict(info)
+            print(f"stopped guardian {info['instance_id']}; ended executions: "
+                  f"{', '.join(ended) or 'none'}")
+            if ident_ is not None:
+                import time
+
+                deadline = time.monotonic() + 10
+                while ident_.alive() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        if args.command == "restart":
+            async def start() -> dict[str, Any]:
+                locator = GuardianLocator(config)
+                try:
+                    handle = await locator.handle(canonical_workspace(args.workspace))
+                    return {"instance_id": handle.instance_id, "protocol": str(handle.version)}
+                finally:
+                    locator.close()
+
+            started = asyncio.run(start())
+            print(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
+        return 0
+    except TetherError as err:
+        print(f"tether guardians: {err.message}", file=sys.stderr)
+        return 2
