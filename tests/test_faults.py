@@ -234,3 +234,26 @@ async def test_recovery_advice_is_recorded(client: Client, workspace: Path) -> N
         "command": f"claude --resume {uuid}", "current_conversation_verified": False}
     listing = json.dumps((await execution(client, session, {"type": "list"}))["data"])
     assert "claude --resume" in listing
+
+
+async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    stubborn = await bash(client, session, {"type": "command", "is_background": True,
+                                            "command": "trap '' HUP; exec sleep 60"})
+    record = (await execution(client, session, {"type": "get",
+                                                "execution_id": stubborn["execution_id"]}))
+    pid = record["data"]["execution"]["runtime"]["pid"]
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    assert psutil.pid_exists(pid)  # it ignores the hangup and outlives its guardian
+    again = await initialize(client, workspace, session["thread_id"])
+    lost = {entry["execution_id"]: entry for entry in again["guardian"]["lost_records"]}
+    orphan = lost[stubborn["execution_id"]]["orphan"]
+    assert orphan["pid"] == pid and "not adopted" in orphan["reason"]
+    after = (await execution(client, again, {"type": "get",
+                                             "execution_id": stubborn["execution_id"]}))
+    execution_record = after["data"]["execution"]
+    assert execution_record["status"] == "unknown" and execution_record["exit_code"] is None
+    assert execution_record["runtime"]["orphan"]["pid"] == pid
+    psutil.Process(pid).kill()
