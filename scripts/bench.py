@@ -58,13 +58,19 @@ def tmux_baseline(rounds: int) -> list[float]:
     return samples
 
 
+async def _session(client: Client, workspace: Path) -> dict[str, Any]:
+    """Initialize a thread in ``workspace``; returns the result's data."""
+    init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
+    assert init.structured_content is not None
+    data: dict[str, Any] = init.structured_content["data"]
+    return data
+
+
 async def tether_echo(rounds: int, workspace: Path) -> list[float]:
     """BashCommand `echo hi` through the real MCP client (in-process front-end)."""
     samples = []
     async with Client(build_server(Config.from_env())) as client:
-        init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
-        assert init.structured_content is not None
-        session = init.structured_content["data"]
+        session = await _session(client, workspace)
         args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
                 "action_json": {"type": "command", "command": "echo hi"}}
         for _ in range(3):  # warm the shell and the connection
@@ -81,9 +87,7 @@ async def tether_observe(rounds: int, workspace: Path) -> list[float]:
     """Execution.observe of 32 busy background executions (each printing continuously)."""
     samples = []
     async with Client(build_server(Config.from_env())) as client:
-        init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
-        assert init.structured_content is not None
-        session = init.structured_content["data"]
+        session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         ids = []
         for _ in range(32):
@@ -189,9 +193,7 @@ async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
     size_on_pty = path.stat().st_size + path.read_bytes().count(b"\n")  # onlcr adds a CR per LF
     last_line = path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()
     async with Client(build_server(Config.from_env())) as client:
-        init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
-        assert init.structured_content is not None
-        session = init.structured_content["data"]
+        session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         # Ingest: a plain `cat`, waited for by its exit (one wait call, woken by the exit).
         start = time.perf_counter()
