@@ -112,7 +112,8 @@ class GuardianClient:
                     ) from None
                 await self._sock.send(frame, flags=zmq.NOBLOCK)
             try:
-                return await asyncio.wait_for(future, timeout_s + REPLY_GRACE_S)
+                async with asyncio.timeout(timeout_s + REPLY_GRACE_S):  # no extra task
+                    return await future
             except TimeoutError:
                 raise TetherError(
                     ErrorCode.GUARDIAN_UNAVAILABLE,
