@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 from frontend.guardians import GuardianLocator, read_info
@@ -89,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped guardian {info['instance_id']}; ended executions: "
                   f"{', '.join(ended) or 'none'}")
             if ident_ is not None:
-                import time
-
                 deadline = time.monotonic() + 10
                 while ident_.alive() and time.monotonic() < deadline:
                     time.sleep(0.05)

@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,12 +97,11 @@ class GuardianLocator:
         lock = self._locks.setdefault(workspace_root, asyncio.Lock())
         async with lock:
             handle = self._handles.get(workspace_root)
-            if handle is not None and ProcessIdentity.from_dict(handle.info) is not None:
+            if handle is not None:
                 ident = ProcessIdentity.from_dict(handle.info)
                 if ident is not None and ident.alive():
                     return handle
-                handle.client.close()
-                self._handles.pop(workspace_root, None)
+                self.forget(workspace_root)
             handle = await self._connect(workspace_root)
             self._handles[workspace_root] = handle
             return handle
@@ -206,8 +206,6 @@ class GuardianLocator:
 
     def _await_info(self, paths: GuardianPaths) -> None:
         """Block (in a worker thread) until a live guardian has announced itself."""
-        import time
-
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             info = read_info(paths)

@@ -7,7 +7,6 @@ any handler runs, so a refused request never acts.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
@@ -307,10 +306,3 @@ def _validation_message(exc: ValidationError) -> str:
         parts.append(f"{where}: {error['msg']}")
     return "invalid params: " + "; ".join(parts)
 
-
-async def cancel_and_wait(tasks: set[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` and wait for them to finish."""
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
