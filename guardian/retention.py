@@ -62,6 +62,8 @@ class Retention:
                 kept.remove(row)
                 total -= size(row)
                 victims.append(str(row["execution_id"]))
+        # Idempotency keys only guard against repeats in flight; a day is ample.
+        self.catalog.forget_results_before(now - self.limits.ttl_ms)
         if victims:
             for execution_id in victims:
                 Journal(self.paths.journals, execution_id).delete()

@@ -297,6 +297,9 @@ class Catalog:
             self._db.execute(
                 f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
             )
+            self._db.execute(
+                f"DELETE FROM receipts WHERE execution_id IN ({marks})", list(execution_ids)
+            )
             self._bump()
 
     def thread_records_for_pruning(self, thread_id: str) -> list[dict[str, Any]]:

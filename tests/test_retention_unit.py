@@ -1,0 +1,58 @@
+"""Retention limits on a real catalog and journals, with a driven clock (R17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guardian.journal import Journal
+from guardian.retention import Retention, RetentionLimits
+from shared.catalog import Catalog
+from shared.clock import Clock
+from shared.paths import GuardianPaths
+
+
+class FakeClock(Clock):
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+def _record(i: int, status: str, output: int = 0, terminal: int | None = None) -> dict[str, object]:
+    return {"execution_id": f"ex_{i}", "principal": "local", "workspace_root": "/w",
+            "thread_id": "th", "kind": "command", "command": "true", "status": status,
+            "started_unix_ms": 0, "guardian_instance_id": "g", "output_end": output,
+            "terminal_unix_ms": terminal}
+
+
+def _setup(tmp_path: Path) -> tuple[Catalog, Retention, FakeClock, GuardianPaths]:
+    paths = GuardianPaths("k", tmp_path / "run", tmp_path / "state")
+    paths.journals.mkdir(parents=True)
+    clock = FakeClock()
+    catalog = Catalog(tmp_path / "catalog.sqlite3", clock)
+    return catalog, Retention(catalog, paths, clock, RetentionLimits()), clock, paths
+
+
+def test_terminal_records_expire_after_24h(tmp_path: Path) -> None:
+    catalog, retention, clock, paths = _setup(tmp_path)
+    catalog.insert_execution(_record(1, "exited", terminal=clock.now))
+    catalog.insert_execution(_record(2, "running"))
+    Journal(paths.journals, "ex_1").append(b"x" * 10)
+    clock.now += 24 * 3600 * 1000 - 1
+    assert retention.prune_thread("th", protect=set()) == []
+    clock.now += 2
+    assert retention.prune_thread("th", protect=set()) == ["ex_1"]
+    assert catalog.get_execution("ex_2") is not None  # running: never evicted
+    assert not list(paths.journals.glob("ex_1.*"))
+
+
+def test_output_budget_evicts_oldest_terminal_first(tmp_path: Path) -> None:
+    catalog, retention, clock, _ = _setup(tmp_path)
+    mib = 1024 * 1024
+    catalog.insert_execution(_record(1, "running", output=mib))
+    for i in range(2, 19):  # 17 terminal records of 1 MiB each: 18 MiB with the running one
+        catalog.insert_execution(_record(i, "unknown", output=mib, terminal=clock.now))
+    pruned = retention.prune_thread("th", protect=set())
+    assert pruned == ["ex_2", "ex_3"]  # back to 16 MiB, oldest terminal ones first
+    assert catalog.get_execution("ex_1") is not None
