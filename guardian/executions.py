@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from typing import Any
@@ -19,13 +18,11 @@ from guardian.keys import keys_bytes
 from guardian.live import LiveExecution
 from guardian.notify import ChangeNotifier
 from guardian.pty_runtime import ExitStatus, PtyRuntime
-from guardian.recognize import pick_recognizer
 from guardian.records import output_tail, record_view
 from guardian.recovery import recovery_advice
 from guardian.retention import Retention
 from guardian.screen import TerminalScreen
 from guardian.shell import MainShell
-from guardian.turns import recognize_record
 from protocol.errors import ErrorCode, TetherError
 from protocol.methods import (
     DEFAULT_COLS,
@@ -33,8 +30,6 @@ from protocol.methods import (
     MAX_COMMAND_BYTES,
     MAX_TEXT_BYTES,
     ExecInputParams,
-    ExecListParams,
-    ExecScreenParams,
     ExecStartParams,
     ExecStatusParams,
     ResetShellParams,
@@ -500,75 +495,6 @@ class ExecutionManager:
             )
         return shell.current, shell.generation
 
-    # -- screens and listings --------------------------------------------------------------
-
-    def screen(self, params: ExecScreenParams) -> dict[str, Any]:
-        """The current screen of an execution, or of the thread's main shell."""
-        if params.execution_id is None:
-            thread = self.thread_for(params)
-            shell = self.ensure_shell(thread)
-            snap = shell.screen.snapshot()
-            execution_id = shell.current.execution_id if shell.current else None
-        else:
-            record = self.record_for(params, params.execution_id)
-            execution_id = params.execution_id
-            live = self.live.get(params.execution_id)
-            if live is None:
-                text = record.get("screen_text") or ""
-                lines = text.split("\n")
-                if params.lines:
-                    lines = lines[-params.lines :]
-                return {"execution_id": execution_id, "live": False, "text": "\n".join(lines),
-                        "lines": lines, "cursor": None}
-            snap = live.screen.snapshot()
-        lines = list(snap.lines)
-        if params.lines:
-            lines = _tail_lines(lines, params.lines)
-        return {
-            "execution_id": execution_id,
-            "live": True,
-            "text": "\n".join(lines).rstrip("\n") if params.lines else snap.text,
-            "lines": lines,
-            "cursor": {"row": snap.cursor_row, "col": snap.cursor_col},
-            "rows": snap.rows,
-            "cols": snap.cols,
-            "alternate": snap.alternate,
-            "title": snap.title,
-        }
-
-    def list_records(self, params: ExecListParams) -> dict[str, Any]:
-        self.thread_for(params)
-        self.retention.prune_thread(params.thread_id, protect=set(self.live))
-        records = self.catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
-        if params.agents_only:
-            records = [r for r in records
-                       if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
-        return {
-            "executions": [self.view(r) for r in records],
-            "catalog_cursor": self.catalog.change_seq(),
-        }
-
-    def get_record(self, params: Any) -> dict[str, Any]:
-        self.thread_for(params)
-        return self.view(self.record_for(params, params.execution_id))
-
-    def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
-        """The detection snapshot: the recognition decision and the screen it looked at."""
-        screen = live.screen.snapshot().text if live else str(record.get("screen_text") or "")
-        decision, observation = recognize_record(record, live)
-        return json.dumps({"recognition": decision.to_dict(), "observation": observation,
-                           "screen": screen}, ensure_ascii=False)
-
-    def recognition_states(self, execution_ids: list[str]) -> dict[str, str]:
-        """Recognized state of each live execution among ``execution_ids``."""
-        states: dict[str, str] = {}
-        for execution_id in execution_ids:
-            live = self.live.get(execution_id)
-            record = self.catalog.get_execution(execution_id) if live else None
-            if live is not None and record is not None:
-                states[execution_id] = recognize_record(record, live)[0].state
-        return states
-
     def running_ids(self) -> list[str]:
         return sorted(self.live)
 
@@ -603,14 +529,6 @@ def _stale(asked: int, current: int) -> TetherError:
         "nothing was delivered. Look at the execution again before sending.",
         {"input_sent": False, "generation": current},
     )
-
-
-def _tail_lines(lines: list[str], count: int) -> list[str]:
-    """The last ``count`` lines up to the last non-empty one."""
-    end = len(lines)
-    while end > 0 and not lines[end - 1]:
-        end -= 1
-    return lines[max(0, end - count) : end]
 
 
 def process_env() -> dict[str, str]:

@@ -23,6 +23,7 @@ from shared.cursors import CursorSigner, load_secret
 
 if TYPE_CHECKING:
     from guardian.executions import ExecutionManager
+    from guardian.inspection import Inspector
 
 MAX_OBSERVE_ITEMS = 32
 MIN_PAGE, MAX_PAGE = 4, 65_536
@@ -70,8 +71,9 @@ def _sequence_complete(seq: bytes) -> bool:
 class History:
     """Read-side handlers over one execution manager."""
 
-    def __init__(self, manager: ExecutionManager) -> None:
+    def __init__(self, manager: ExecutionManager, inspector: Inspector) -> None:
         self.m = manager
+        self.inspector = inspector
         self.signer = CursorSigner(load_secret(manager.paths.state / "cursor.key"))
 
     def handlers(self) -> dict[str, Callable[[Request, Any], Awaitable[dict[str, Any]]]]:
@@ -134,7 +136,7 @@ class History:
             if live is not None:
                 return live.screen.snapshot().text
             return str(record.get("screen_text") or "")
-        detection = self.m.detection_for(record, live)
+        detection = self.inspector.detection_for(record, live)
         return detection
 
     def _snapshot_page(
@@ -255,7 +257,8 @@ class History:
         ends = {eid: self.m.view(r)["output_end"] for eid, r in records.items()}
         # Recognition states are always in the cursor, so a cursor taken without recognizer
         # events still works as a baseline for a later wait that asks for them.
-        return {"seq": self.m.catalog.change_seq(), "out": ends, "rec": self.m.recognition_states(ids)}
+        return {"seq": self.m.catalog.change_seq(), "out": ends,
+                "rec": self.inspector.recognition_states(ids)}
 
     def _changes(
         self, params: ExecWaitParams, ids: list[str], baseline: dict[str, Any], events: set[str]
@@ -275,7 +278,7 @@ class History:
         changed = []
         rec_base = baseline.get("rec", {})
         # Recognition emulates the screen: only pay for it when a recognizer event is wanted.
-        rec_now = self.m.recognition_states(ids) if events & _RECOGNIZER_EVENTS else {}
+        rec_now = self.inspector.recognition_states(ids) if events & _RECOGNIZER_EVENTS else {}
         for eid in ids:
             record = records[eid]
             view = self.m.view(record)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from guardian.executions import ExecutionManager
 from guardian.history import History
+from guardian.inspection import Inspector
 from guardian.receipts import PromptDesk
 from guardian.turns import Turns
 from protocol import codec
@@ -26,10 +27,7 @@ from protocol.errors import ErrorCode, TetherError
 from protocol.methods import (
     INSTANCE_OPTIONAL,
     METHODS,
-    ExecGetParams,
     ExecInputParams,
-    ExecListParams,
-    ExecScreenParams,
     ExecStartParams,
     ExecStatusParams,
     HelloParams,
@@ -82,11 +80,9 @@ class GuardianService:
             "exec.start": self.exec_start,
             "exec.status": self.exec_status,
             "exec.input": self.exec_input,
-            "exec.screen": self.exec_screen,
-            "exec.list": self.exec_list,
-            "exec.get": self.exec_get,
         }
-        for side in (History(manager), Turns(manager), PromptDesk(manager)):
+        inspector = Inspector(manager)
+        for side in (inspector, History(manager, inspector), Turns(manager), PromptDesk(manager)):
             self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
         assert not missing, f"methods without handlers: {missing}"
@@ -230,15 +226,6 @@ class GuardianService:
         )
         result["input"] = outcome
         return result
-
-    async def exec_screen(self, request: Request, params: ExecScreenParams) -> dict[str, Any]:
-        return self.manager.screen(params)
-
-    async def exec_list(self, request: Request, params: ExecListParams) -> dict[str, Any]:
-        return self.manager.list_records(params)
-
-    async def exec_get(self, request: Request, params: ExecGetParams) -> dict[str, Any]:
-        return {"execution": self.manager.get_record(params)}
 
     # -- idempotency (R9) ------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""Looking at executions without touching them: screens, listings, records, detection.
+
+``exec.screen``, ``exec.list`` and ``exec.get``, plus the detection snapshot and recognition
+states that the history side (read, wait) needs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from guardian.recognize import pick_recognizer
+from guardian.turns import recognize_record
+from protocol.envelope import Request
+from protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams
+
+if TYPE_CHECKING:
+    from guardian.executions import ExecutionManager
+    from guardian.live import LiveExecution
+
+
+class Inspector:
+    """Read-only views over one execution manager."""
+
+    def __init__(self, manager: ExecutionManager) -> None:
+        self.m = manager
+
+    def handlers(self) -> dict[str, Any]:
+        return {"exec.screen": self.screen, "exec.list": self.list_records,
+                "exec.get": self.get_record}
+
+    async def screen(self, request: Request, params: ExecScreenParams) -> dict[str, Any]:
+        """The current screen of an execution, or of the thread's main shell."""
+        if params.execution_id is None:
+            thread = self.m.thread_for(params)
+            shell = self.m.ensure_shell(thread)
+            snap = shell.screen.snapshot()
+            execution_id = shell.current.execution_id if shell.current else None
+        else:
+            record = self.m.record_for(params, params.execution_id)
+            execution_id = params.execution_id
+            live = self.m.live.get(params.execution_id)
+            if live is None:
+                text = record.get("screen_text") or ""
+                lines = text.split("\n")
+                if params.lines:
+                    lines = lines[-params.lines :]
+                return {"execution_id": execution_id, "live": False, "text": "\n".join(lines),
+                        "lines": lines, "cursor": None}
+            snap = live.screen.snapshot()
+        lines = list(snap.lines)
+        if params.lines:
+            lines = _tail_lines(lines, params.lines)
+        return {
+            "execution_id": execution_id,
+            "live": True,
+            "text": "\n".join(lines).rstrip("\n") if params.lines else snap.text,
+            "lines": lines,
+            "cursor": {"row": snap.cursor_row, "col": snap.cursor_col},
+            "rows": snap.rows,
+            "cols": snap.cols,
+            "alternate": snap.alternate,
+            "title": snap.title,
+        }
+
+    async def list_records(self, request: Request, params: ExecListParams) -> dict[str, Any]:
+        self.m.thread_for(params)
+        self.m.retention.prune_thread(params.thread_id, protect=set(self.m.live))
+        records = self.m.catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
+        if params.agents_only:
+            records = [r for r in records
+                       if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
+        return {
+            "executions": [self.m.view(r) for r in records],
+            "catalog_cursor": self.m.catalog.change_seq(),
+        }
+
+    async def get_record(self, request: Request, params: ExecGetParams) -> dict[str, Any]:
+        self.m.thread_for(params)
+        return {"execution": self.m.view(self.m.record_for(params, params.execution_id))}
+
+    def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
+        """The detection snapshot: the recognition decision and the screen it looked at."""
+        screen = live.screen.snapshot().text if live else str(record.get("screen_text") or "")
+        decision, observation = recognize_record(record, live)
+        return json.dumps({"recognition": decision.to_dict(), "observation": observation,
+                           "screen": screen}, ensure_ascii=False)
+
+    def recognition_states(self, execution_ids: list[str]) -> dict[str, str]:
+        """Recognized state of each live execution among ``execution_ids``."""
+        states: dict[str, str] = {}
+        for execution_id in execution_ids:
+            live = self.m.live.get(execution_id)
+            record = self.m.catalog.get_execution(execution_id) if live else None
+            if live is not None and record is not None:
+                states[execution_id] = recognize_record(record, live)[0].state
+        return states
+
+
+def _tail_lines(lines: list[str], count: int) -> list[str]:
+    """The last ``count`` lines up to the last non-empty one."""
+    end = len(lines)
+    while end > 0 and not lines[end - 1]:
+        end -= 1
+    return lines[max(0, end - count) : end]
