@@ -189,7 +189,6 @@ class ExecutionManager:
             if old.current is not None:
                 self._finish(old.current, None, reason="shell_reset", status="unknown")
             old.close()
-        thread = self.thread_for(params)
         shell = self.ensure_shell(thread)
         return {"thread_id": params.thread_id, "generation": shell.generation, "cwd": shell.cwd}
 

@@ -136,8 +136,7 @@ class History:
             if live is not None:
                 return live.screen.snapshot().text
             return str(record.get("screen_text") or "")
-        detection = self.inspector.detection_for(record, live)
-        return detection
+        return self.inspector.detection_for(record, live)
 
     def _snapshot_page(
         self, record: dict[str, Any], scope: dict[str, str], source: str, page_bytes: int,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ptyprocess import PtyProcess
 
-from shared.identity import ProcessIdentity
+from shared.identity import ProcessIdentity, boot_id
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,6 @@ class PtyRuntime:
         os.set_blocking(proc.fd, False)
         identity = ProcessIdentity.of(proc.pid)
         if identity is None:  # exited before we could look: still a real, finished process
-            from shared.identity import boot_id
-
             identity = ProcessIdentity(proc.pid, 0.0, boot_id())
         self.identity = identity
         loop.add_reader(proc.fd, self._read_available)

@@ -66,6 +66,15 @@ async def _session(client: Client, workspace: Path) -> dict[str, Any]:
     return data
 
 
+async def _background(client: Client, scope: dict[str, Any], command: str) -> str:
+    """Start ``command`` as a background execution; returns its execution_id."""
+    started = await client.call_tool("BashCommand", {**scope, "action_json": {
+        "type": "command", "is_background": True, "command": command}})
+    assert started.structured_content is not None
+    execution_id: str = started.structured_content["data"]["execution_id"]
+    return execution_id
+
+
 async def tether_echo(rounds: int, workspace: Path) -> list[float]:
     """BashCommand `echo hi` through the real MCP client (in-process front-end)."""
     samples = []
@@ -91,11 +100,8 @@ async def tether_observe(rounds: int, workspace: Path) -> list[float]:
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         ids = []
         for _ in range(32):
-            started = await client.call_tool("BashCommand", {**scope, "action_json": {
-                "type": "command", "is_background": True,
-                "command": "while :; do echo busy $RANDOM; sleep 0.2; done"}})
-            assert started.structured_content is not None
-            ids.append(started.structured_content["data"]["execution_id"])
+            ids.append(await _background(
+                client, scope, "while :; do echo busy $RANDOM; sleep 0.2; done"))
         items = [{"execution_id": i, "page_bytes": 2048} for i in ids]
         for _ in range(rounds):
             start = time.perf_counter()
@@ -197,10 +203,7 @@ async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         # Ingest: a plain `cat`, waited for by its exit (one wait call, woken by the exit).
         start = time.perf_counter()
-        started = await client.call_tool("BashCommand", {**scope, "action_json": {
-            "type": "command", "is_background": True, "command": f"cat {path}"}})
-        assert started.structured_content is not None
-        eid = started.structured_content["data"]["execution_id"]
+        eid = await _background(client, scope, f"cat {path}")
         while True:
             waited = await client.call_tool("Execution", {**scope, "action": {
                 "type": "wait", "execution_ids": [eid], "events": ["exited"], "timeout_seconds": 30}})
@@ -209,10 +212,7 @@ async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
                 break
         elapsed = time.perf_counter() - start
         # Screen: the same output from a program that stays alive, so the screen is live.
-        started = await client.call_tool("BashCommand", {**scope, "action_json": {
-            "type": "command", "is_background": True, "command": f"cat {path}; sleep 60"}})
-        assert started.structured_content is not None
-        eid = started.structured_content["data"]["execution_id"]
+        eid = await _background(client, scope, f"cat {path}; sleep 60")
         while True:
             got = await client.call_tool("Execution", {**scope, "action": {
                 "type": "get", "execution_id": eid}})

@@ -11,7 +11,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ def load_secret(path: Path) -> bytes:
         pass
     data = secrets.token_bytes(_SECRET_BYTES)
     write_private_file(path, data)
-    os.chmod(path, 0o600)
     return data
 
 

@@ -6,12 +6,18 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+
+from frontend.guardians import read_info
+from shared.config import Config
+from shared.paths import guardian_paths
 
 T = TypeVar("T")
 
@@ -65,3 +71,27 @@ def kill_tree(runtime_dir: Path) -> list[int]:
             proc.kill()
     psutil.wait_procs(alive, timeout=5)
     return [p.pid for p in procs]
+
+
+def tether_processes(runtime_dir: Path, marker: str) -> list[psutil.Process]:
+    """Processes a test started whose command line contains ``marker`` (e.g. ``serve``)."""
+    found = []
+    for proc in processes_with_env("TETHER_RUNTIME_DIR", str(runtime_dir)):
+        with contextlib.suppress(psutil.Error):
+            if marker in " ".join(proc.cmdline()):
+                found.append(proc)
+    return found
+
+
+def start_guardian(workspace: Path, config: Config, protocol: str | None = None) -> dict[str, Any]:
+    """A real guardian started by hand (as an older installation would have left it);
+    returns its guardian.json once a new instance has announced itself."""
+    argv = [sys.executable, "-m", "guardian", "--workspace", str(workspace)]
+    if protocol:
+        argv += ["--protocol", protocol]
+    paths = guardian_paths(config, "local", str(workspace))
+    old = read_info(paths)
+    subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+    return poll(lambda: (info := read_info(paths)) and info != old and info,
+                what="guardian.json of a new guardian")

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
+import psutil
 from mcp import Client
+
+from shared.config import Config
+from tests.helpers import poll, tether_processes
 
 
 async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -54,3 +61,32 @@ async def execution(client: Client, session: dict[str, Any], action: dict[str, A
     if expect_error:
         return await call_error(client, "Execution", args)
     return await call(client, "Execution", args)
+
+
+async def read_pages(client: Client, session: dict[str, Any], execution_id: str,
+                     page_bytes: int = 16 * 1024) -> list[dict[str, Any]]:
+    """Every page of an execution's retained output, following the cursors."""
+    pages: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        action: dict[str, Any] = {"type": "read", "execution_id": execution_id,
+                                  "page_bytes": page_bytes}
+        if cursor:
+            action["cursor"] = cursor
+        page = (await execution(client, session, action))["data"]
+        pages.append(page)
+        if not page["has_more"]:
+            return pages
+        cursor = page["next_cursor"]
+
+
+async def kill_front_end(client: Client, config: Config) -> None:
+    """SIGKILL the one ``tether serve`` process behind a stdio ``client`` and close it."""
+    serve = poll(lambda: tether_processes(config.runtime_dir, "serve"),
+                 what="tether serve process")
+    assert len(serve) == 1
+    os.kill(serve[0].pid, signal.SIGKILL)
+    poll(lambda: not serve[0].is_running() or serve[0].status() == psutil.STATUS_ZOMBIE,
+         what="front-end to die")
+    with contextlib.suppress(BaseException):  # the transport is gone: closing may raise
+        await client.__aexit__(None, None, None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.helpers import poll
-from tests.mcp_helpers import bash, call, call_error, execution, initialize
+from tests.mcp_helpers import bash, call, call_error, execution, initialize, kill_front_end
 
 pytestmark = pytest.mark.anyio
 
@@ -150,11 +149,7 @@ async def test_receipt_survives_front_end_and_guardian_crashes(
     prompt = {"action": "prompt", "target": eid, "prompt_id": "keep", "text": "survive",
               "recognizer": "claude", "timeout_seconds": 15}
     receipt = (await _agent(first, session, prompt))["data"]["receipt"]
-    serve = [p for p in psutil.Process().children(recursive=True) if "serve" in " ".join(p.cmdline())]
-    for proc in serve:
-        proc.kill()
-    with contextlib.suppress(BaseException):
-        await first.__aexit__(None, None, None)
+    await kill_front_end(first, tether_env)
 
     async with Client(stdio_params()) as second:
         again = await initialize(second, workspace, session["thread_id"])

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -19,24 +18,12 @@ from protocol import codec
 from shared.config import Config
 from shared.identity import ProcessIdentity
 from shared.paths import guardian_paths, write_private_file
-from tests.helpers import poll
+from tests.helpers import start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, run
 
 pytestmark = pytest.mark.anyio
 
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
-
-
-def start_guardian(workspace: Path, config: Config, protocol: str | None) -> dict[str, Any]:
-    """A real guardian, started by hand (as an older installation would have left it)."""
-    argv = [sys.executable, "-m", "guardian", "--workspace", str(workspace)]
-    if protocol:
-        argv += ["--protocol", protocol]
-    subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
-    info_path = guardian_paths(config, "local", str(workspace)).info
-    return poll(lambda: info_path.exists() and json.loads(info_path.read_text()),
-                what="guardian.json")
 
 
 @pytest.mark.parametrize("protocol", ["1.0", "1.1", "1.2", None])

@@ -11,25 +11,11 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.mcp_helpers import bash, execution, initialize, run
+from tests.mcp_helpers import bash, execution, initialize, read_pages, run
 
 pytestmark = pytest.mark.anyio
 
 MIB = 1024 * 1024
-
-
-async def _read_all(client: Client, session: dict[str, Any], execution_id: str,
-                    page_bytes: int, limit: int | None = None) -> list[dict[str, Any]]:
-    pages, cursor = [], None
-    while True:
-        action = {"type": "read", "execution_id": execution_id, "page_bytes": page_bytes}
-        if cursor:
-            action["cursor"] = cursor
-        page = (await execution(client, session, action))["data"]
-        pages.append(page)
-        if not page["has_more"] or (limit and len(pages) >= limit):
-            return pages
-        cursor = page["next_cursor"]
 
 
 async def test_read_pages_through_retained_output(client: Client, workspace: Path) -> None:
@@ -37,7 +23,7 @@ async def test_read_pages_through_retained_output(client: Client, workspace: Pat
     seq = await run(client, session, "seq 1 300000", wait=30)
     assert seq["status"] == "exited" and seq["exit_code"] == 0
     full = "".join(f"{i}\r\n" for i in range(1, 300001)).encode()
-    pages = await _read_all(client, session, seq["execution_id"], 65536)
+    pages = await read_pages(client, session, seq["execution_id"], 65536)
     first = pages[0]
     assert first["start"] == len(full) - MIB
     assert first["gap"] == len(full) - MIB
@@ -53,7 +39,7 @@ async def test_read_pages_through_retained_output(client: Client, workspace: Pat
 async def test_pages_end_on_utf8_boundaries(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     out = await run(client, session, "python3 -c \"print('é' * 20000)\"", wait=20)
-    pages = await _read_all(client, session, out["execution_id"], 1001)
+    pages = await read_pages(client, session, out["execution_id"], 1001)
     assert all(p["end"] - p["start"] <= 1001 for p in pages)
     text = "".join(p["text"] for p in pages)
     assert "\ufffd" not in text

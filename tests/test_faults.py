@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,43 +14,14 @@ import pytest
 import zmq
 from mcp import Client
 
-from frontend.guardians import GuardianLocator, read_info
+from frontend.guardians import GuardianLocator
 from protocol import codec
 from shared.config import Config
-from shared.paths import guardian_paths
 from tests.conftest import stdio_params
-from tests.helpers import poll, processes_with_env
-from tests.mcp_helpers import bash, call_error, execution, initialize, run
+from tests.helpers import poll, start_guardian
+from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 
 pytestmark = pytest.mark.anyio
-
-
-def _serve_processes(config: Config) -> list[psutil.Process]:
-    return [p for p in processes_with_env("TETHER_RUNTIME_DIR", str(config.runtime_dir))
-            if "serve" in " ".join(p.cmdline())]
-
-
-async def _kill_front_end(client: Client, config: Config) -> None:
-    serve = poll(lambda: _serve_processes(config), what="tether serve process")
-    assert len(serve) == 1
-    os.kill(serve[0].pid, signal.SIGKILL)
-    poll(lambda: not serve[0].is_running() or serve[0].status() == psutil.STATUS_ZOMBIE,
-         what="front-end to die")
-    with contextlib.suppress(BaseException):
-        await client.__aexit__(None, None, None)
-
-
-async def _read_text(client: Client, session: dict[str, Any], execution_id: str) -> str:
-    text, cursor = [], None
-    while True:
-        action: dict[str, Any] = {"type": "read", "execution_id": execution_id}
-        if cursor:
-            action["cursor"] = cursor
-        page = (await execution(client, session, action))["data"]
-        text.append(page["text"])
-        if not page["has_more"]:
-            return "".join(text)
-        cursor = page["next_cursor"]
 
 
 async def test_front_end_killed_mid_output_loses_nothing(tether_env: Config, workspace: Path) -> None:
@@ -63,7 +31,7 @@ async def test_front_end_killed_mid_output_loses_nothing(tether_env: Config, wor
     loop = await run(first, session,
                      "for i in $(seq 1 50); do echo line$i; sleep 0.05; done", wait=0.4)
     assert loop["status"] == "running"
-    await _kill_front_end(first, tether_env)
+    await kill_front_end(first, tether_env)
 
     async with Client(stdio_params()) as second:
         again = await initialize(second, workspace, session["thread_id"])
@@ -72,7 +40,7 @@ async def test_front_end_killed_mid_output_loses_nothing(tether_env: Config, wor
             "timeout_seconds": 15})
         assert waited["data"]["outcome"] == "changed"
         assert waited["data"]["changed"][0]["exit_code"] == 0
-        text = await _read_text(second, again, loop["execution_id"])
+        text = "".join(p["text"] for p in await read_pages(second, again, loop["execution_id"]))
         assert text.split() == [f"line{i}" for i in range(1, 51)]
 
 
@@ -92,18 +60,10 @@ async def test_guardian_killed_is_reported_unknown(client: Client, workspace: Pa
     again = await initialize(client, workspace, session["thread_id"])
     assert again["guardian"]["instance_id"] != session["guardian"]["instance_id"]
     assert again["generation"] == session["generation"] + 1
-    old = await _read_text(client, again, before["execution_id"])
+    old = "".join(p["text"] for p in await read_pages(client, again, before["execution_id"]))
     assert old.strip() == "history-before-crash"
     fresh = await run(client, again, "echo new-guardian-works")
     assert fresh["output"].strip() == "new-guardian-works"
-
-
-def _start_guardian(workspace: Path, config: Config) -> dict[str, Any]:
-    subprocess.Popen([sys.executable, "-m", "guardian", "--workspace", str(workspace)],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    paths = guardian_paths(config, "local", str(workspace))
-    old = read_info(paths)
-    return poll(lambda: (info := read_info(paths)) and info != old and info, what="guardian.json")
 
 
 def _request(info: dict[str, Any], method: str, params: dict[str, Any], *,
@@ -123,7 +83,7 @@ def _reply(sock: zmq.Socket[bytes], timeout_s: float = 10) -> dict[str, Any]:
 
 def test_transport_replay_is_not_acted_upon(tether_env: Config, workspace: Path) -> None:
     marker = workspace / "replayed"
-    first = _start_guardian(workspace, tether_env)
+    first = start_guardian(workspace, tether_env)
     ctx = zmq.Context()
     # A DEALER without IMMEDIATE: it queues while no peer is bound (the hazard of R9).
     sock = ctx.socket(zmq.DEALER)
@@ -140,7 +100,7 @@ def test_transport_replay_is_not_acted_upon(tether_env: Config, workspace: Path)
         start = {**scope, "command": f"touch {marker}", "background": True,
                  "idempotency_key": "replay-1"}
         sock.send(_request(first, "exec.start", start))  # queued: nobody is bound
-        second = _start_guardian(workspace, tether_env)
+        second = start_guardian(workspace, tether_env)
         assert second["instance_id"] != first["instance_id"]
         refused = _reply(sock)
         assert refused["ok"] is False
@@ -168,12 +128,18 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
         base = {"principal": "local", "workspace_root": str(workspace)}
         thread = await handle.call("thread.open", base, timeout_s=10)
         scope = {**base, "thread_id": thread["thread_id"]}
-        start = {**scope, "command": "stty -echo; cat", "background": True,
+        # "ready" once echo is off, so the terminal's own echo cannot double the text.
+        start = {**scope, "command": "stty -echo; echo ready; cat", "background": True,
                  "idempotency_key": "start-once"}
         one = await handle.call("exec.start", start, timeout_s=10)
         two = await handle.call("exec.start", start, timeout_s=10)
         assert one["execution"]["execution_id"] == two["execution"]["execution_id"]
         eid = one["execution"]["execution_id"]
+        for _ in range(100):
+            status = await handle.call("exec.status", {**scope, "execution_id": eid,
+                                                       "wait_ms": 100}, timeout_s=10)
+            if "ready" in status["output"]["text"]:
+                break
         typed = {**scope, "execution_id": eid, "text": "ping-once", "submit": True,
                  "idempotency_key": "type-once", "wait_ms": 500}
         first = await handle.call("exec.input", typed, timeout_s=10)

@@ -14,7 +14,7 @@ import zmq
 
 from protocol import codec
 from shared.config import Config
-from tests.test_compatibility import start_guardian
+from tests.helpers import start_guardian
 
 FRAMES = 10_000
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from pathlib import Path
@@ -15,19 +14,10 @@ from mcp import Client
 from frontend.server import build_server
 from shared.config import Config
 from tests.conftest import stdio_params
-from tests.helpers import poll, processes_with_env
-from tests.mcp_helpers import call_error, initialize, run
+from tests.helpers import tether_processes
+from tests.mcp_helpers import call_error, initialize, kill_front_end, run
 
 pytestmark = pytest.mark.anyio
-
-
-def _processes(config: Config, marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in processes_with_env("TETHER_RUNTIME_DIR", str(config.runtime_dir)):
-        with contextlib.suppress(psutil.Error):
-            if marker in " ".join(proc.cmdline()):
-                found.append(proc)
-    return found
 
 
 async def test_front_end_sigkill_keeps_the_shell(tether_env: Config, workspace: Path) -> None:
@@ -36,13 +26,7 @@ async def test_front_end_sigkill_keeps_the_shell(tether_env: Config, workspace: 
     session = await initialize(first, workspace)
     await run(first, session, "cd sub")
     await run(first, session, "TETHER_TEST_VAR=kept-$((6*7))")
-    serve = poll(lambda: _processes(tether_env, "serve"), what="tether serve process")
-    assert len(serve) == 1
-    os.kill(serve[0].pid, signal.SIGKILL)
-    poll(lambda: not serve[0].is_running() or serve[0].status() == psutil.STATUS_ZOMBIE,
-         what="front-end to die")
-    with contextlib.suppress(BaseException):
-        await first.__aexit__(None, None, None)
+    await kill_front_end(first, tether_env)
 
     async with Client(stdio_params()) as second:
         again = await initialize(second, workspace, session["thread_id"])
@@ -60,7 +44,7 @@ async def test_racing_front_ends_start_one_guardian(tether_env: Config, workspac
 
     ids = await asyncio.gather(*(init_once() for _ in range(3)))
     assert len(set(ids)) == 1
-    guardians = _processes(tether_env, "-m guardian")
+    guardians = tether_processes(tether_env.runtime_dir, "-m guardian")
     assert len(guardians) == 1, [p.cmdline() for p in guardians]
 
 
