@@ -9,13 +9,13 @@ import sys
 import time
 from typing import Any
 
-from frontend.guardians import GuardianLocator, read_info
-from protocol.errors import TetherError
-from protocol.transport import GuardianClient
-from protocol.versions import Version
-from shared.config import Config
-from shared.identity import ProcessIdentity
-from shared.paths import GuardianPaths, canonical_workspace, guardian_paths
+from tether.frontend.guardians import GuardianLocator, read_info
+from tether.protocol.errors import TetherError
+from tether.protocol.transport import GuardianClient
+from tether.protocol.versions import Version
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import GuardianPaths, canonical_workspace, guardian_paths
 
 
 def _all_infos(config: Config) -> list[dict[str, Any]]:

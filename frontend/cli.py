@@ -9,9 +9,9 @@ import sys
 import anyio
 from mcp.server.stdio import stdio_server
 
-from frontend.server import build_server
-from protocol.errors import TetherError
-from shared.config import Config
+from tether.frontend.server import build_server
+from tether.protocol.errors import TetherError
+from tether.shared.config import Config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,20 +15,21 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 import filelock
 
-from protocol.errors import ErrorCode, TetherError
-from protocol.methods import METHODS
-from protocol.transport import GuardianClient
-from protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
-from shared.catalog import Catalog
-from shared.config import Config
-from shared.identity import ProcessIdentity
-from shared.paths import GuardianPaths, guardian_paths
-from shared.reconcile import reconcile_lost
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import METHODS
+from tether.protocol.transport import GuardianClient
+from tether.protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
+from tether.shared.catalog import Catalog
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import GuardianPaths, guardian_paths
+from tether.shared.reconcile import reconcile_lost
 
 log = logging.getLogger(__name__)
 
@@ -240,11 +241,18 @@ def read_info(paths: GuardianPaths) -> dict[str, Any] | None:
     return info
 
 
+def guardian_command() -> list[str]:
+    """How to run a guardian so that ``ps`` shows ``tether-guardian <workspace>``."""
+    script = Path(sys.executable).with_name("tether-guardian")
+    if script.is_file():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "tether.guardian"]  # not installed with scripts (a bare checkout)
+
+
 def spawn_guardian(paths: GuardianPaths, principal: str, workspace_root: str,
                    protocol: str | None = None) -> subprocess.Popen[bytes]:
     """Start a detached guardian: its own session, stdio to its log, umask 077 (R2)."""
-    argv = [sys.executable, "-m", "guardian", "--workspace", workspace_root,
-            "--principal", principal]
+    argv = [*guardian_command(), workspace_root, "--principal", principal]
     if protocol:
         argv += ["--protocol", protocol]
     env = dict(os.environ)

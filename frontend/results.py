@@ -7,7 +7,7 @@ from typing import Any
 
 import mcp_types as types
 
-from protocol.errors import TetherError
+from tether.protocol.errors import TetherError
 
 
 def ok(data: dict[str, Any], text: str, *, status: str = "ok") -> types.CallToolResult:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from protocol.methods import MAX_COLS, MAX_ROWS, MIN_COLS, MIN_ROWS
+from tether.protocol.methods import MAX_COLS, MAX_ROWS, MIN_COLS, MIN_ROWS
 
 Id = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 

@@ -13,12 +13,12 @@ import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from pydantic import ValidationError
 
-from frontend import results
-from frontend.guardians import GuardianLocator
-from frontend.tools import all_tools
-from frontend.tools.base import Session
-from protocol.errors import ErrorCode, TetherError
-from shared.config import Config
+from tether.frontend import results
+from tether.frontend.guardians import GuardianLocator
+from tether.frontend.tools import all_tools
+from tether.frontend.tools.base import Session
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.shared.config import Config
 
 log = logging.getLogger(__name__)
 

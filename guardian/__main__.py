@@ -1,7 +1,7 @@
-"""``python -m guardian`` is ``tether guardian`` (how the front-end starts one)."""
+"""``python -m tether.guardian`` is ``tether guardian`` (the fallback when no script is installed)."""
 
 import sys
 
-from guardian.cli import main
+from tether.guardian.cli import main
 
 sys.exit(main())

@@ -1,4 +1,7 @@
-"""``tether guardian``: run a guardian in the foreground (the front-end normally starts it)."""
+"""``tether guardian`` / ``tether-guardian``: run a guardian in the foreground.
+
+The front-end normally starts it as ``tether-guardian <workspace>``, so that ``ps`` names it.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +9,18 @@ import argparse
 import logging
 import sys
 
-from guardian.daemon import Guardian
-from protocol.errors import TetherError
-from protocol.versions import Version, known_minor_versions
-from shared.config import Config
-from shared.paths import canonical_workspace
+from tether.guardian.rpc.daemon import Guardian
+from tether.protocol.errors import TetherError
+from tether.protocol.versions import Version, known_minor_versions
+from tether.shared.config import Config
+from tether.shared.paths import canonical_workspace
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="tether guardian")
-    parser.add_argument("--workspace", required=True, help="workspace root this guardian serves")
+    parser.add_argument("workspace_arg", nargs="?", metavar="WORKSPACE",
+                        help="workspace root this guardian serves")
+    parser.add_argument("--workspace", help="the same, as an option")
     parser.add_argument("--principal", default="local", help="principal (default: local)")
     parser.add_argument(
         "--protocol",
@@ -26,7 +31,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    workspace_arg = args.workspace or args.workspace_arg
+    if not workspace_arg:
+        parser.error("a workspace root is required")
+    set_process_name("tether-guardian")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
     )
@@ -34,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         version = Version.parse(args.protocol) if args.protocol else None
         if version is not None and version not in known_minor_versions():
             raise ValueError(f"unknown protocol version {version}")
-        workspace = canonical_workspace(args.workspace)
+        workspace = canonical_workspace(workspace_arg)
         guardian = Guardian(
             config=Config.from_env(), principal=args.principal, workspace_root=workspace,
             protocol=version,
@@ -43,3 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tether guardian: {exc}", file=sys.stderr)
         return 2
     return guardian.run()
+
+
+def set_process_name(name: str) -> None:
+    """Set the kernel's short process name (``ps -o comm``, ``pgrep``, ``top``): 15 bytes."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_name = 15
+        libc.prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the command line still names the script

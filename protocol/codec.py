@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.errors import ErrorCode, TetherError
+from tether.protocol.errors import ErrorCode, TetherError
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import ErrorCode, TetherError
-from protocol.versions import Version
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.versions import Version
 
 MAX_ID_LEN = 64
 MAX_METHOD_LEN = 64

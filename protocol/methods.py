@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from protocol.versions import Capability
+from tether.protocol.versions import Capability
 
 # Limits shared by both sides (SPEC §5, §6). The front-end checks them before sending so a
 # request over a limit never reaches the guardian; the guardian checks them again.

@@ -19,10 +19,10 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from protocol import codec
-from protocol.envelope import Request, parse_response
-from protocol.errors import ErrorCode, TetherError
-from protocol.versions import Version
+from tether.protocol import codec
+from tether.protocol.envelope import Request, parse_response
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.versions import Version
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from mcp import Client
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from frontend.server import build_server  # noqa: E402
-from shared.config import Config  # noqa: E402
+from tether.frontend.server import build_server  # noqa: E402
+from tether.shared.config import Config  # noqa: E402
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -141,7 +141,7 @@ async def rpc_roundtrip(rounds: int, workspace: Path, base: Path) -> tuple[list[
     import zmq
     import zmq.asyncio
 
-    from frontend.guardians import GuardianLocator
+    from tether.frontend.guardians import GuardianLocator
 
     locator = GuardianLocator(Config.from_env())
     handle = await locator.handle(str(workspace))

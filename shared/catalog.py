@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from shared.clock import Clock
+from tether.shared.clock import Clock
 
 SCHEMA_VERSION = 1
 

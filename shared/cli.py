@@ -11,9 +11,9 @@ import sys
 
 #: subcommand -> (module with a ``main(argv)``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("frontend.cli", "run the MCP server (stdio)"),
-    "guardian": ("guardian.cli", "run a guardian in the foreground"),
-    "guardians": ("frontend.admin", "list, inspect, stop or restart guardians"),
+    "serve": ("tether.frontend.cli", "run the MCP server (stdio)"),
+    "guardian": ("tether.guardian.cli", "run a guardian in the foreground"),
+    "guardians": ("tether.frontend.admin", "list, inspect, stop or restart guardians"),
 }
 
 

@@ -15,9 +15,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from protocol import codec
-from protocol.errors import ErrorCode, TetherError
-from shared.paths import write_private_file
+from tether.protocol import codec
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.shared.paths import write_private_file
 
 _SECRET_BYTES = 32
 _MAC_BYTES = 16

@@ -13,8 +13,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.errors import ErrorCode, TetherError
-from shared.config import Config
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.shared.config import Config
 
 #: sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_IPC_PATH_BYTES = 107

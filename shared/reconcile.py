@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.catalog import Catalog
-from shared.identity import ProcessIdentity
+from tether.shared.catalog import Catalog
+from tether.shared.identity import ProcessIdentity
 
 
 def reconcile_lost(

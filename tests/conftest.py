@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from frontend.server import build_server
-from shared.config import Config
 from tests.helpers import kill_tree
+from tether.frontend.server import build_server
+from tether.shared.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import psutil
 
-from frontend.guardians import read_info
-from shared.config import Config
-from shared.paths import guardian_paths
+from tether.frontend.guardians import guardian_command, read_info
+from tether.shared.config import Config
+from tether.shared.paths import guardian_paths
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ def tether_processes(runtime_dir: Path, marker: str) -> list[psutil.Process]:
 def start_guardian(workspace: Path, config: Config, protocol: str | None = None) -> dict[str, Any]:
     """A real guardian started by hand (as an older installation would have left it);
     returns its guardian.json once a new instance has announced itself."""
-    argv = [sys.executable, "-m", "guardian", "--workspace", str(workspace)]
+    argv = [*guardian_command(), str(workspace)]
     if protocol:
         argv += ["--protocol", protocol]
     paths = guardian_paths(config, "local", str(workspace))

@@ -11,8 +11,8 @@ from typing import Any
 import psutil
 from mcp import Client
 
-from shared.config import Config
 from tests.helpers import poll, tether_processes
+from tether.shared.config import Config
 
 
 async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from shared.config import Config
 from tests.conftest import stdio_params
 from tests.mcp_helpers import bash, call_error, initialize, run
+from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 

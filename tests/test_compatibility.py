@@ -13,13 +13,13 @@ import pytest
 import zmq
 from mcp import Client
 
-from frontend.server import build_server
-from protocol import codec
-from shared.config import Config
-from shared.identity import ProcessIdentity
-from shared.paths import guardian_paths, write_private_file
 from tests.helpers import start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, run
+from tether.frontend.server import build_server
+from tether.protocol import codec
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import guardian_paths, write_private_file
 
 pytestmark = pytest.mark.anyio
 

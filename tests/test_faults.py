@@ -14,12 +14,12 @@ import pytest
 import zmq
 from mcp import Client
 
-from frontend.guardians import GuardianLocator
-from protocol import codec
-from shared.config import Config
 from tests.conftest import stdio_params
 from tests.helpers import poll, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
+from tether.frontend.guardians import GuardianLocator
+from tether.protocol import codec
+from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 

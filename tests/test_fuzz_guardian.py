@@ -12,9 +12,9 @@ import msgpack
 import psutil
 import zmq
 
-from protocol import codec
-from shared.config import Config
 from tests.helpers import start_guardian
+from tether.protocol import codec
+from tether.shared.config import Config
 
 FRAMES = 10_000
 

@@ -11,11 +11,11 @@ import psutil
 import pytest
 from mcp import Client
 
-from frontend.server import build_server
-from shared.config import Config
 from tests.conftest import stdio_params
 from tests.helpers import tether_processes
 from tests.mcp_helpers import call_error, initialize, kill_front_end, run
+from tether.frontend.server import build_server
+from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 
@@ -44,8 +44,11 @@ async def test_racing_front_ends_start_one_guardian(tether_env: Config, workspac
 
     ids = await asyncio.gather(*(init_once() for _ in range(3)))
     assert len(set(ids)) == 1
-    guardians = tether_processes(tether_env.runtime_dir, "-m guardian")
+    guardians = tether_processes(tether_env.runtime_dir, "tether-guardian")
     assert len(guardians) == 1, [p.cmdline() for p in guardians]
+    # ps names it: the short kernel name and the command line both say tether-guardian.
+    assert guardians[0].name() == "tether-guardian"
+    assert f"tether-guardian {workspace}" in " ".join(guardians[0].cmdline())
 
 
 @pytest.mark.parametrize("problem", ["mode", "owner"])

@@ -17,7 +17,7 @@ import pyte
 import pytest
 from ptyprocess import PtyProcess
 
-from guardian.recognize import (
+from tether.guardian.agents.recognize import (
     Recognition,
     RuleFileError,
     ScreenView,
@@ -27,7 +27,7 @@ from guardian.recognize import (
     pick_recognizer,
     recognize,
 )
-from guardian.recognize.regions import SCREEN, Region, extract, input_box_lines, is_border_row
+from tether.guardian.agents.recognize.regions import SCREEN, Region, extract, input_box_lines, is_border_row
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.render import render_output
+from tether.guardian.terminal.render import render_output
 
 
 @pytest.mark.parametrize(

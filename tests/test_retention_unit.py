@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guardian.journal import Journal
-from guardian.retention import Retention, RetentionLimits
-from shared.catalog import Catalog
-from shared.clock import Clock
-from shared.paths import GuardianPaths
+from tether.guardian.history.journal import Journal
+from tether.guardian.history.retention import Retention, RetentionLimits
+from tether.shared.catalog import Catalog
+from tether.shared.clock import Clock
+from tether.shared.paths import GuardianPaths
 
 
 class FakeClock(Clock):

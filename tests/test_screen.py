@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardian.screen import ScreenSnapshot, TerminalScreen, snapshot_of
-from guardian.screen_parser import VTParser
-from guardian.screen_vt import HardenedScreen
+from tether.guardian.terminal.parser import VTParser
+from tether.guardian.terminal.screen import ScreenSnapshot, TerminalScreen, snapshot_of
+from tether.guardian.terminal.vt import HardenedScreen
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
 FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.ansi")) if FIXTURES.is_dir() else []

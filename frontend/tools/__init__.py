@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from frontend.tools.agent import AgentTool
-from frontend.tools.base import Tool
-from frontend.tools.bash_command import BashCommandTool
-from frontend.tools.execution import ExecutionTool
-from frontend.tools.initialize import InitializeTool
+from tether.frontend.tools.agent import AgentTool
+from tether.frontend.tools.base import Tool
+from tether.frontend.tools.bash_command import BashCommandTool
+from tether.frontend.tools.execution import ExecutionTool
+from tether.frontend.tools.initialize import InitializeTool
 
 
 def all_tools() -> list[Tool]:

@@ -10,10 +10,10 @@ from typing import Any
 
 import mcp_types as types
 
-from frontend import results
-from frontend.schemas import AgentArgs
-from frontend.tools.base import Progress, Session, Tool
-from protocol.errors import ErrorCode, TetherError
+from tether.frontend import results
+from tether.frontend.schemas import AgentArgs
+from tether.frontend.tools.base import Progress, Session, Tool
+from tether.protocol.errors import ErrorCode, TetherError
 
 RPC_SLACK_S = 10.0
 

@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 import mcp_types as types
 from pydantic import BaseModel
 
-from frontend.guardians import GuardianLocator
-from shared.paths import canonical_workspace
+from tether.frontend.guardians import GuardianLocator
+from tether.shared.paths import canonical_workspace
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import mcp_types as types
 
-from frontend import results
-from frontend.schemas import (
+from tether.frontend import results
+from tether.frontend.schemas import (
     BashCommandArgs,
     CommandAction,
     ScreenAction,
@@ -18,8 +18,8 @@ from frontend.schemas import (
     StatusCheckAction,
     WaitForTurnAction,
 )
-from frontend.tools.base import Progress, Session, Tool
-from protocol.methods import DEFAULT_COLS, DEFAULT_ROWS
+from tether.frontend.tools.base import Progress, Session, Tool
+from tether.protocol.methods import DEFAULT_COLS, DEFAULT_ROWS
 
 DEFAULT_WAIT_S = 5.0
 #: Time for the RPC beyond the wait itself (delivery, rendering, transport).

@@ -6,8 +6,8 @@ from typing import Any
 
 import mcp_types as types
 
-from frontend import results
-from frontend.schemas import (
+from tether.frontend import results
+from tether.frontend.schemas import (
     ExecutionArgs,
     ExplainAction,
     GetAction,
@@ -16,8 +16,8 @@ from frontend.schemas import (
     ReadAction,
     WaitAction,
 )
-from frontend.tools.base import Progress, Session, Tool
-from protocol.errors import ErrorCode
+from tether.frontend.tools.base import Progress, Session, Tool
+from tether.protocol.errors import ErrorCode
 
 RPC_SLACK_S = 5.0
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import mcp_types as types
 
-from frontend import results
-from frontend.schemas import InitializeArgs
-from frontend.tools.base import Progress, Session, Tool
-from shared.paths import canonical_workspace
+from tether.frontend import results
+from tether.frontend.schemas import InitializeArgs
+from tether.frontend.tools.base import Progress, Session, Tool
+from tether.shared.paths import canonical_workspace
 
 RPC_TIMEOUT_S = 15.0
 

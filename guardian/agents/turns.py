@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from guardian.recognize import Recognition, ScreenView, UnknownRecognizerError, recognize
-from protocol.envelope import Request
-from protocol.errors import ErrorCode, TetherError
-from protocol.methods import ExecExplainParams, ExecWaitTurnParams
+from tether.guardian.agents.recognize import Recognition, ScreenView, UnknownRecognizerError, recognize
+from tether.protocol.envelope import Request
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ExecExplainParams, ExecWaitTurnParams
 
 if TYPE_CHECKING:
-    from guardian.executions import ExecutionManager
-    from guardian.live import LiveExecution
+    from tether.guardian.runtime.executions import ExecutionManager
+    from tether.guardian.runtime.live import LiveExecution
 
 READY_STATES = frozenset({"awaiting_input", "awaiting_approval"})
 

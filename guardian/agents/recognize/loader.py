@@ -37,8 +37,8 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Literal
 
-from guardian.recognize.model import STATES, RuleFileError, State
-from guardian.recognize.regions import SCREEN, Region
+from tether.guardian.agents.recognize.model import STATES, RuleFileError, State
+from tether.guardian.agents.recognize.regions import SCREEN, Region
 
 LeafKind = Literal["contains", "regex", "line_regex"]
 LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
@@ -92,7 +92,7 @@ class RuleSet:
 
 def default_rules_dir() -> Traversable:
     """The rule files shipped with the package (``guardian/recognize/rules``)."""
-    return files("guardian.recognize") / "rules"
+    return files("tether.guardian.agents.recognize") / "rules"
 
 
 def load_rule_dir(directory: Traversable) -> dict[str, RuleSet]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from guardian.journal import Journal
-from guardian.pty_runtime import PtyRuntime
-from guardian.screen import TerminalScreen
+from tether.guardian.history.journal import Journal
+from tether.guardian.runtime.pty import PtyRuntime
+from tether.guardian.terminal.screen import TerminalScreen
 
 
 @dataclass(eq=False)

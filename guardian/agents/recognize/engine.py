@@ -12,10 +12,17 @@ from collections.abc import Mapping
 from functools import cache
 from types import MappingProxyType
 
-from guardian.recognize.loader import Leaf, Node, Rule, RuleSet, default_rules_dir, load_rule_dir
-from guardian.recognize.model import Recognition, ScreenView, UnknownRecognizerError
-from guardian.recognize.programs import identify_program, is_known_shell
-from guardian.recognize.regions import Region, extract
+from tether.guardian.agents.recognize.loader import (
+    Leaf,
+    Node,
+    Rule,
+    RuleSet,
+    default_rules_dir,
+    load_rule_dir,
+)
+from tether.guardian.agents.recognize.model import Recognition, ScreenView, UnknownRecognizerError
+from tether.guardian.agents.recognize.programs import identify_program, is_known_shell
+from tether.guardian.agents.recognize.regions import Region, extract
 
 AUTO = "auto"
 SHELL = "shell"

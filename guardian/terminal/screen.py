@@ -22,9 +22,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from guardian import screen_skip as skip
-from guardian.screen_parser import VTParser
-from guardian.screen_vt import HardenedScreen
+from tether.guardian.terminal import skip
+from tether.guardian.terminal.parser import VTParser
+from tether.guardian.terminal.vt import HardenedScreen
 
 # Deleting parameter bytes turns every query the emulator answers into "ESC[n" or "ESC[c".
 _QUERY_PARAMS = b"0123456789;:>"

@@ -30,15 +30,15 @@ Recognition is a heuristic over pixels-as-text: an ``awaiting_input`` verdict is
 about the program's lifecycle, never proof that a task finished.
 """
 
-from guardian.recognize.engine import (
+from tether.guardian.agents.recognize.engine import (
     available_recognizers,
     default_rule_sets,
     evaluate,
     pick_recognizer,
     recognize,
 )
-from guardian.recognize.loader import RuleSet, load_rule_dir, parse_rule_file
-from guardian.recognize.model import (
+from tether.guardian.agents.recognize.loader import RuleSet, load_rule_dir, parse_rule_file
+from tether.guardian.agents.recognize.model import (
     STATES,
     Recognition,
     RuleFileError,

@@ -14,16 +14,16 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from guardian.journal import Journal
-from guardian.render import render_output
-from protocol.envelope import Request
-from protocol.errors import ErrorCode, TetherError
-from protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
-from shared.cursors import CursorSigner, load_secret
+from tether.guardian.history.journal import Journal
+from tether.guardian.terminal.render import render_output
+from tether.protocol.envelope import Request
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
+from tether.shared.cursors import CursorSigner, load_secret
 
 if TYPE_CHECKING:
-    from guardian.executions import ExecutionManager
-    from guardian.inspection import Inspector
+    from tether.guardian.history.inspection import Inspector
+    from tether.guardian.runtime.executions import ExecutionManager
 
 MAX_OBSERVE_ITEMS = 32
 MIN_PAGE, MAX_PAGE = 4, 65_536

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from guardian.recognize.model import ScreenView
+from tether.guardian.agents.recognize.model import ScreenView
 
 HORIZONTALS = frozenset("─━═╌╍┄┅┈┉")
 CORNERS = frozenset("╭╮╰╯┌┐└┘├┤┏┓┗┛╔╗╚╝┬┴┼")

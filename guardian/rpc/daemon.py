@@ -20,16 +20,16 @@ import filelock
 import zmq
 import zmq.asyncio
 
-from guardian.executions import ExecutionManager, process_env
-from guardian.service import GuardianService
-from protocol.transport import RouterServer
-from protocol.versions import Capability, Version, capabilities_for, current_version
-from shared.catalog import Catalog
-from shared.clock import Clock
-from shared.config import Config
-from shared.identity import ProcessIdentity
-from shared.paths import GuardianPaths, guardian_paths, write_private_file
-from shared.reconcile import reconcile_lost
+from tether.guardian.rpc.service import GuardianService
+from tether.guardian.runtime.executions import ExecutionManager, process_env
+from tether.protocol.transport import RouterServer
+from tether.protocol.versions import Capability, Version, capabilities_for, current_version
+from tether.shared.catalog import Catalog
+from tether.shared.clock import Clock
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import GuardianPaths, guardian_paths, write_private_file
+from tether.shared.reconcile import reconcile_lost
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
-from guardian.journal import Journal
-from shared.catalog import TERMINAL_STATUSES, Catalog
-from shared.clock import Clock
-from shared.paths import GuardianPaths
+from tether.guardian.history.journal import Journal
+from tether.shared.catalog import TERMINAL_STATUSES, Catalog
+from tether.shared.clock import Clock
+from tether.shared.paths import GuardianPaths
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,15 +22,15 @@ import asyncio
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from guardian.recognize import ScreenView, UnknownRecognizerError, recognize
-from guardian.turns import READY_STATES, recognize_record
-from protocol.envelope import Request
-from protocol.errors import ErrorCode, TetherError
-from protocol.methods import MAX_PROMPT_BYTES, AgentPromptParams, AgentReceiptParams
+from tether.guardian.agents.recognize import ScreenView, UnknownRecognizerError, recognize
+from tether.guardian.agents.turns import READY_STATES, recognize_record
+from tether.protocol.envelope import Request
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import MAX_PROMPT_BYTES, AgentPromptParams, AgentReceiptParams
 
 if TYPE_CHECKING:
-    from guardian.executions import ExecutionManager
-    from guardian.live import LiveExecution
+    from tether.guardian.runtime.executions import ExecutionManager
+    from tether.guardian.runtime.live import LiveExecution
 
 MAX_RECEIPTS_PER_GENERATION = 64
 ACTIVITY_STATES = frozenset({"busy", "awaiting_approval"})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from guardian.journal import Journal
-from guardian.live import LiveExecution
-from guardian.render import render_output
+from tether.guardian.history.journal import Journal
+from tether.guardian.runtime.live import LiveExecution
+from tether.guardian.terminal.render import render_output
 
 #: Raw bytes of the journal tail rendered into a BashCommand result, and the text kept.
 RESULT_TAIL_BYTES = 64 * 1024

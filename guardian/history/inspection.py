@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from guardian.recognize import pick_recognizer
-from guardian.turns import recognize_record
-from protocol.envelope import Request
-from protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams
+from tether.guardian.agents.recognize import pick_recognizer
+from tether.guardian.agents.turns import recognize_record
+from tether.protocol.envelope import Request
+from tether.protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams
 
 if TYPE_CHECKING:
-    from guardian.executions import ExecutionManager
-    from guardian.live import LiveExecution
+    from tether.guardian.runtime.executions import ExecutionManager
+    from tether.guardian.runtime.live import LiveExecution
 
 
 class Inspector:

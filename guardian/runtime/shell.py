@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from guardian.live import LiveExecution
-from guardian.pty_runtime import ExitStatus, PtyRuntime
-from guardian.screen import TerminalScreen
-from guardian.shell_markers import Marker, MarkerScanner, rc_text
-from shared.identity import ProcessIdentity
-from shared.paths import write_private_file
+from tether.guardian.runtime.live import LiveExecution
+from tether.guardian.runtime.markers import Marker, MarkerScanner, rc_text
+from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
+from tether.guardian.terminal.screen import TerminalScreen
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import write_private_file
 
 
 class ShellListener(Protocol):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from guardian.screen_vt import HardenedScreen
+from tether.guardian.terminal.vt import HardenedScreen
 
 Bytes = bytes | bytearray | memoryview
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from guardian.screen_parser import VTParser
+from tether.guardian.terminal.parser import VTParser
 
 _LINE_LOCAL = bytes(
     b for b in range(256) if b in (0x08, 0x09, 0x0A, 0x0D) or 0x20 <= b <= 0x7E or b >= 0x80

@@ -13,18 +13,18 @@ import logging
 import os
 from typing import Any
 
-from guardian.journal import Journal
-from guardian.keys import keys_bytes
-from guardian.live import LiveExecution
-from guardian.notify import ChangeNotifier
-from guardian.pty_runtime import ExitStatus, PtyRuntime
-from guardian.records import output_tail, record_view
-from guardian.recovery import recovery_advice
-from guardian.retention import Retention
-from guardian.screen import TerminalScreen
-from guardian.shell import MainShell
-from protocol.errors import ErrorCode, TetherError
-from protocol.methods import (
+from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.history.journal import Journal
+from tether.guardian.history.records import output_tail, record_view
+from tether.guardian.history.retention import Retention
+from tether.guardian.runtime.live import LiveExecution
+from tether.guardian.runtime.notify import ChangeNotifier
+from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
+from tether.guardian.runtime.shell import MainShell
+from tether.guardian.terminal.keys import keys_bytes
+from tether.guardian.terminal.screen import TerminalScreen
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import (
     DEFAULT_COLS,
     DEFAULT_ROWS,
     MAX_COMMAND_BYTES,
@@ -36,9 +36,9 @@ from protocol.methods import (
     Scoped,
     ThreadOpenParams,
 )
-from shared.catalog import Catalog
-from shared.clock import Clock
-from shared.paths import GuardianPaths
+from tether.shared.catalog import Catalog
+from tether.shared.clock import Clock
+from tether.shared.paths import GuardianPaths
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from guardian.executions import ExecutionManager
-from guardian.history import History
-from guardian.inspection import Inspector
-from guardian.receipts import PromptDesk
-from guardian.turns import Turns
-from protocol import codec
-from protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
-from protocol.errors import ErrorCode, TetherError
-from protocol.methods import (
+from tether.guardian.agents.receipts import PromptDesk
+from tether.guardian.agents.turns import Turns
+from tether.guardian.history.inspection import Inspector
+from tether.guardian.history.reads import History
+from tether.guardian.runtime.executions import ExecutionManager
+from tether.protocol import codec
+from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import (
     INSTANCE_OPTIONAL,
     METHODS,
     ExecInputParams,
@@ -36,8 +36,8 @@ from protocol.methods import (
     ShutdownParams,
     ThreadOpenParams,
 )
-from protocol.versions import MAJOR, Capability, Version
-from shared.clock import Clock
+from tether.protocol.versions import MAJOR, Capability, Version
+from tether.shared.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ptyprocess import PtyProcess
 
-from shared.identity import ProcessIdentity, boot_id
+from tether.shared.identity import ProcessIdentity, boot_id
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode, TetherError
+from tether.protocol.errors import ErrorCode, TetherError
 
 _KEYS: dict[str, bytes] = {
     "Enter": b"\r",
