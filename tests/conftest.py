@@ -11,11 +11,20 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.helpers import kill_tree
+from tests.helpers import kill_tree, missing_fixtures
 from tether.frontend.server import build_server
 from tether.shared.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A checkout without its test fixtures fails the run up front: tests never skip for a
+    missing file."""
+    missing = missing_fixtures()
+    if missing:
+        raise pytest.UsageError(
+            "test fixtures missing from the checkout: " + ", ".join(str(p) for p in missing))
 
 
 @pytest.fixture

@@ -7,19 +7,46 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+import pytest
 
 from tether.frontend.guardians import guardian_command, read_info
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
 T = TypeVar("T")
+
+#: The project's own test fixtures, in the repository (a clean clone runs every test).
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+AGENT_SCREENS = FIXTURES / "agent-screens"
+#: Each recorded agent screen and the state a recognizer must report for it
+#: (tests/fixtures/agent-screens/README.md).
+AGENT_SCREEN_STATES = {
+    "claude_03_idle_empty": "awaiting_input",
+    "claude_05_idle_after_reply": "awaiting_input",
+    "claude_06_approval_bash": "awaiting_approval",
+    "claude_08_busy_early": "busy",
+}
+
+
+def fixture_file(relative: str) -> Path:
+    """A file under tests/fixtures; a missing one fails the test (never skips it)."""
+    path = FIXTURES / relative
+    if not path.is_file():
+        pytest.fail(f"test fixture {path} is missing: tests/fixtures is part of the repository; "
+                    "restore it (git checkout -- tests/fixtures)", pytrace=False)
+    return path
+
+
+def missing_fixtures() -> list[Path]:
+    """Every agent-screen fixture file that the tests need and that is not there."""
+    return [AGENT_SCREENS / f"{name}{suffix}" for name in AGENT_SCREEN_STATES
+            for suffix in (".ansi", ".txt") if not (AGENT_SCREENS / f"{name}{suffix}").is_file()]
 
 
 def poll(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02,

@@ -12,19 +12,12 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import poll
+from tests.helpers import AGENT_SCREEN_STATES, fixture_file, poll
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, kill_front_end
 
 pytestmark = pytest.mark.anyio
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
-EXPECTED = {
-    "claude_03_idle_empty": "awaiting_input",
-    "claude_05_idle_after_reply": "awaiting_input",
-    "claude_06_approval_bash": "awaiting_approval",
-    "claude_08_busy_early": "busy",
-}
 
 
 def _log_lines(log: Path) -> list[str]:
@@ -53,15 +46,14 @@ async def _start_fake(client: Client, session: dict[str, Any], log: Path,
     return eid
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", sorted(AGENT_SCREEN_STATES))
 async def test_fixture_screens_are_recognised(name: str, client: Client, workspace: Path) -> None:
-    if not FIXTURES.exists():
-        pytest.skip(f"fixtures not found at {FIXTURES}")
-    expected_text = (FIXTURES / f"{name}.txt").read_text().rstrip("\n")
+    expected_text = fixture_file(f"agent-screens/{name}.txt").read_text().rstrip("\n")
+    ansi = fixture_file(f"agent-screens/{name}.ansi")
     session = await initialize(client, workspace)
     started = await bash(client, session, {
         "type": "command", "is_background": True, "rows": 40, "cols": 120,
-        "command": f"cat {FIXTURES / name}.ansi; sleep 30"})
+        "command": f"cat {ansi}; sleep 30"})
     eid = started["execution_id"]
     poll_screen = {"type": "screen", "execution_id": eid}
     for _ in range(200):
@@ -70,7 +62,7 @@ async def test_fixture_screens_are_recognised(name: str, client: Client, workspa
     explained = (await execution(client, session, {"type": "explain", "execution_id": eid,
                                                    "recognizer": "claude"}))["data"]
     decision = explained["recognition"]
-    assert decision["state"] == EXPECTED[name]
+    assert decision["state"] == AGENT_SCREEN_STATES[name]
     assert decision["recognizer"] == "claude" and decision["rule"]
     assert decision["priority"] is not None
 

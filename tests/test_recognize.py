@@ -17,6 +17,7 @@ import pyte
 import pytest
 from ptyprocess import PtyProcess
 
+from tests.helpers import fixture_file
 from tether.guardian.agents.recognize import (
     Recognition,
     RuleFileError,
@@ -29,17 +30,13 @@ from tether.guardian.agents.recognize import (
 )
 from tether.guardian.agents.recognize.regions import SCREEN, Region, extract, input_box_lines, is_border_row
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
 COLS, ROWS = 120, 40
 RULE = "─" * COLS
 
 
 def fixture_text(name: str, suffix: str = ".txt") -> bytes:
-    path = FIXTURES / f"{name}{suffix}"
-    if not path.exists():
-        pytest.skip(f"fixture {path} is missing")
-    return path.read_bytes()
+    return fixture_file(f"agent-screens/{name}{suffix}").read_bytes()
 
 
 def fixture_view(name: str) -> ScreenView:

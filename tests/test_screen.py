@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import AGENT_SCREEN_STATES, fixture_file
 from tether.guardian.terminal.parser import VTParser
 from tether.guardian.terminal.screen import ScreenSnapshot, TerminalScreen, snapshot_of
 from tether.guardian.terminal.vt import HardenedScreen
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
-FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.ansi")) if FIXTURES.is_dir() else []
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURE_NAMES, reason=f"agent-screen fixtures not found at {FIXTURES}"
-)
+FIXTURE_NAMES = sorted(AGENT_SCREEN_STATES)
 
 
 def screen_after(*chunks: bytes, cols: int = 40, rows: int = 10) -> ScreenSnapshot:
@@ -30,12 +26,11 @@ def screen_after(*chunks: bytes, cols: int = 40, rows: int = 10) -> ScreenSnapsh
 # -- real agent screens -------------------------------------------------------------------
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 @pytest.mark.parametrize("chunking", ["whole", "random"])
 def test_fixture_replay_gives_the_captured_screen(name: str, chunking: str) -> None:
-    data = (FIXTURES / f"{name}.ansi").read_bytes()
-    expected = (FIXTURES / f"{name}.txt").read_text(encoding="utf-8").rstrip("\n")
+    data = fixture_file(f"agent-screens/{name}.ansi").read_bytes()
+    expected = fixture_file(f"agent-screens/{name}.txt").read_text(encoding="utf-8").rstrip("\n")
     screen = TerminalScreen(120, 40)
     if chunking == "whole":
         screen.feed(data)
@@ -444,7 +439,7 @@ def _token(rng: random.Random) -> bytes:
 def _corpus(seed: int, size: int, runs: bool = False) -> bytes:
     """About ``size`` bytes of mixed terminal output, the same for the same seed."""
     rng = random.Random(seed)
-    parts = [(FIXTURES / f"{name}.ansi").read_bytes() for name in FIXTURE_NAMES]
+    parts = [fixture_file(f"agent-screens/{name}.ansi").read_bytes() for name in FIXTURE_NAMES]
     total = sum(map(len, parts))
     while total < size:
         if rng.random() < (0.5 if runs else 0.02):

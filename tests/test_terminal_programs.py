@@ -10,11 +10,11 @@ import anyio
 import pytest
 from mcp import Client
 
+from tests.helpers import AGENT_SCREEN_STATES, fixture_file
 from tests.mcp_helpers import bash, initialize, run
 
 pytestmark = pytest.mark.anyio
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "agent-screens"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
@@ -36,14 +36,13 @@ async def _screen_until(client: Client, session: dict[str, Any], predicate: Any,
             await anyio.sleep(0.05)
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.ansi")) or ["missing"])
+@pytest.mark.parametrize("name", sorted(AGENT_SCREEN_STATES))
 async def test_agent_fixture_screens(name: str, client: Client, workspace: Path) -> None:
-    if name == "missing":
-        pytest.skip(f"fixtures not found at {FIXTURES}")
-    expected = (FIXTURES / f"{name}.txt").read_text().rstrip("\n")
+    expected = fixture_file(f"agent-screens/{name}.txt").read_text().rstrip("\n")
+    ansi = fixture_file(f"agent-screens/{name}.ansi")
     session = await initialize(client, workspace)
     started = await bash(client, session, {
-        "type": "command", "command": f"cat {FIXTURES / name}.ansi; sleep 30",
+        "type": "command", "command": f"cat {ansi}; sleep 30",
         "is_background": True, "rows": 40, "cols": 120})
     screen = await _screen_until(client, session, lambda s: s["text"] == expected,
                                  started["execution_id"])
