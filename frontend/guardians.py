@@ -15,12 +15,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import filelock
 
+from tether.frontend import usage
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import METHODS
 from tether.protocol.transport import GuardianClient
@@ -111,9 +112,11 @@ class GuardianLocator:
         self, workspace_root: str, method: str, params: dict[str, Any], *, timeout_s: float
     ) -> Any:
         """Call a guardian method; on a lost guardian, re-locate and retry reads once."""
-        handle = await self.handle(workspace_root)
+        with usage.phase("admission"):
+            handle = await self.handle(workspace_root)
         try:
-            return await handle.call(method, params, timeout_s=timeout_s)
+            with usage.phase(usage.phase_for_method(method)):
+                return await handle.call(method, params, timeout_s=timeout_s)
         except TetherError as err:
             if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
                 raise

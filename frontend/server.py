@@ -17,6 +17,7 @@ from tether.frontend import results
 from tether.frontend.guardians import GuardianLocator
 from tether.frontend.tools import all_tools
 from tether.frontend.tools.base import Session
+from tether.frontend.usage import UsageLog, phase
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
 
@@ -31,6 +32,7 @@ def build_server(config: Config | None = None, principal: str = "local") -> Serv
     session = Session(locator=GuardianLocator(config or Config.from_env(), principal),
                       principal=principal)
     tools = {tool.name: tool for tool in all_tools()}
+    usage = UsageLog.from_env()  # R30: every call is recorded in one place, here
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -38,6 +40,9 @@ def build_server(config: Config | None = None, principal: str = "local") -> Serv
         return types.ListToolsResult(tools=[tool.definition() for tool in tools.values()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await usage.around(params.name, params.arguments, lambda: dispatch(ctx, params))
+
+    async def dispatch(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = tools.get(params.name)
         if tool is None:
             return results.error(TetherError(
@@ -49,7 +54,8 @@ def build_server(config: Config | None = None, principal: str = "local") -> Serv
             await ctx.session.report_progress(done, total, message)
 
         try:
-            args = tool.args_model.model_validate(params.arguments or {})
+            with phase("validation"):
+                args = tool.args_model.model_validate(params.arguments or {})
             return await tool.run(session, args, progress)
         except ValidationError as exc:
             return results.error(TetherError(

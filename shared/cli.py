@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tether.frontend.cli", "run the MCP server (stdio)"),
     "guardian": ("tether.guardian.cli", "run a guardian in the foreground"),
     "guardians": ("tether.frontend.admin", "list, inspect, stop or restart guardians"),
+    "report": ("tether.frontend.person.report", "summarise a usage log (TETHER_USAGE_LOG)"),
 }
 
 

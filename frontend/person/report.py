@@ -1,0 +1,309 @@
+"""``tether report``: summarise a usage log (SPEC R30) per tool, action and backend.
+
+Rules, after the seed's "Workflow telemetry" and "Usage metrics":
+
+- auxiliary events (``tool_started``, ``tool_phase``) are set aside before ``--last`` applies,
+  so the window is always the last N terminal ``tool_call`` events;
+- ``--since-minutes 0`` means no time limit;
+- missing or malformed data stays unknown: a call without a duration is counted as
+  ``duration_unknown`` and never as a zero sample, a group with no known duration has
+  percentiles ``null``; a malformed line is counted, never guessed at;
+- phase totals are inclusive (they overlap) and are not parts of the call's duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.frontend.person.term import table
+
+AUXILIARY = frozenset({"tool_started", "tool_phase"})
+RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached")
+OBSERVE_COUNTERS = ("observe_requested_items", "observe_returned_items",
+                    "observe_items_with_issues")
+
+
+def percentile(samples: list[float], q: float) -> float | None:
+    """Nearest-rank percentile; None (unknown) for no samples."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer counter, or None when missing or malformed."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) and value else "unknown"
+
+
+@dataclass
+class Group:
+    """Aggregates of one (tool, action, backend)."""
+
+    tool: str
+    action: str
+    backend: str
+    count: int = 0
+    durations: list[float] = field(default_factory=list)
+    duration_unknown: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    error_codes: Counter[str] = field(default_factory=Counter)
+    observe: dict[str, list[int]] = field(default_factory=dict)
+    observe_unknown: Counter[str] = field(default_factory=Counter)
+    receipts: dict[str, Counter[str]] = field(default_factory=dict)
+    catalog: Counter[str] = field(default_factory=Counter)
+    effective_wait: list[float] = field(default_factory=list)
+    effective_wait_unknown: int = 0
+
+    def add(self, event: dict[str, Any]) -> None:
+        self.count += 1
+        duration = event.get("duration_ms")
+        if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
+            self.durations.append(float(duration))
+        else:
+            self.duration_unknown += 1
+        self.outcomes[_label(event.get("outcome"))] += 1
+        code = event.get("code")
+        if isinstance(code, str) and code:
+            self.error_codes[code] += 1
+        if self.action == "observe":
+            for name in OBSERVE_COUNTERS:
+                value = _count(event.get(name))
+                if value is None:
+                    self.observe_unknown[name] += 1
+                else:
+                    self.observe.setdefault(name, []).append(value)
+        if event.get("receipt_observed") is True or (self.tool == "Agent"
+                                                     and self.action == "prompt"):
+            for fact in RECEIPT_FACTS:
+                value = event.get(f"receipt_{fact}")
+                bucket = self.receipts.setdefault(fact, Counter())
+                bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
+        if self.action == "wait" and self.tool in ("Execution", "Agent"):
+            outcome = event.get("catalog_outcome")
+            self.catalog[outcome if outcome in ("changed", "timeout", "resync") else "unknown"] += 1
+        if self.tool == "BashCommand" and "requested_wait_policy" in event:
+            wait = event.get("effective_wait_ms")
+            if isinstance(wait, int | float) and not isinstance(wait, bool) and wait >= 0:
+                self.effective_wait.append(float(wait))
+            else:
+                self.effective_wait_unknown += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "tool": self.tool, "action": self.action, "backend": self.backend,
+            "count": self.count,
+            "duration_ms": {"p50": percentile(self.durations, 0.5),
+                            "p95": percentile(self.durations, 0.95),
+                            "known": len(self.durations), "unknown": self.duration_unknown},
+            "outcomes": dict(self.outcomes),
+            "error_codes": dict(self.error_codes),
+            "error_results": sum(self.error_codes.values()),
+        }
+        if self.action == "observe":
+            data["observe"] = {
+                name.removeprefix("observe_"): {
+                    "sum": sum(self.observe[name]) if name in self.observe else None,
+                    "calls_known": len(self.observe.get(name, [])),
+                    "calls_unknown": self.observe_unknown[name],
+                } for name in OBSERVE_COUNTERS
+            }
+        if self.receipts:
+            data["receipts"] = {fact: dict(bucket) for fact, bucket in self.receipts.items()}
+        if self.catalog:
+            data["catalog"] = dict(self.catalog)
+        if self.effective_wait or self.effective_wait_unknown:
+            data["effective_wait_ms"] = {"p50": percentile(self.effective_wait, 0.5),
+                                         "known": len(self.effective_wait),
+                                         "unknown": self.effective_wait_unknown}
+        return data
+
+
+@dataclass
+class Report:
+    lines_seen: int = 0
+    malformed_lines: int = 0
+    auxiliary_events: int = 0
+    other_events: int = 0
+    undated_excluded: int = 0
+    tool_calls_in_log: int = 0
+    groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    started_without_terminal: int = 0
+    window: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lines_seen": self.lines_seen,
+            "malformed_lines": self.malformed_lines,
+            "auxiliary_events": self.auxiliary_events,
+            "other_events": self.other_events,
+            "tool_calls_in_log": self.tool_calls_in_log,
+            "tool_calls": sum(g.count for g in self.groups.values()),
+            "window": {**self.window, "undated_excluded": self.undated_excluded},
+            "workflows": [g.to_dict() for _, g in sorted(self.groups.items())],
+            "phases": {name: {"count": len(samples), "p50_ms": percentile(samples, 0.5),
+                              "p95_ms": percentile(samples, 0.95)}
+                       for name, samples in sorted(self.phases.items())},
+            "started_without_terminal": self.started_without_terminal,
+        }
+
+
+def build_report(lines: Iterable[str], *, last: int | None, since_minutes: float,
+                 now_ms: int) -> Report:
+    report = Report(window={"last": last, "since_minutes": since_minutes})
+    calls: list[dict[str, Any]] = []
+    started: set[str] = set()
+    finished: set[str] = set()
+    phase_events: list[dict[str, Any]] = []
+    for line in lines:
+        report.lines_seen += 1
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            report.malformed_lines += 1
+            continue
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            report.malformed_lines += 1
+            continue
+        kind = event["event"]
+        call_id = event.get("usage_call_id")
+        if kind in AUXILIARY:
+            report.auxiliary_events += 1
+            if kind == "tool_started" and isinstance(call_id, str):
+                started.add(call_id)
+            elif kind == "tool_phase":
+                phase_events.append(event)
+            continue
+        if kind != "tool_call":
+            report.other_events += 1
+            continue
+        report.tool_calls_in_log += 1
+        if isinstance(call_id, str):
+            finished.add(call_id)
+        calls.append(event)
+    if since_minutes > 0:
+        cutoff = now_ms - since_minutes * 60_000
+        kept = []
+        for event in calls:
+            ts = event.get("ts_unix_ms")
+            if not isinstance(ts, int | float) or isinstance(ts, bool):
+                report.undated_excluded += 1
+            elif ts >= cutoff:
+                kept.append(event)
+        calls = kept
+    if last is not None:
+        calls = calls[-last:] if last > 0 else []
+    window_ids = set()
+    for event in calls:
+        key = (_label(event.get("tool")), _label(event.get("action")), _label(event.get("backend")))
+        report.groups.setdefault(key, Group(*key)).add(event)
+        if isinstance(event.get("usage_call_id"), str):
+            window_ids.add(event["usage_call_id"])
+    for event in phase_events:
+        duration = event.get("duration_ms")
+        if (event.get("usage_call_id") in window_ids and event.get("edge") == "finish"
+                and isinstance(duration, int | float) and not isinstance(duration, bool)):
+            report.phases.setdefault(_label(event.get("phase")), []).append(float(duration))
+    report.started_without_terminal = len(started - finished)
+    return report
+
+
+def _ms(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}"
+
+
+def _counts(counter: dict[str, int]) -> str:
+    return ", ".join(f"{k}×{v}" for k, v in sorted(counter.items())) or "-"
+
+
+def render_text(data: dict[str, Any], log: Path) -> str:
+    out = [f"usage log {log}: {data['lines_seen']} lines, {data['tool_calls']} tool calls in the "
+           f"window ({data['tool_calls_in_log']} in the log), "
+           f"{data['malformed_lines']} malformed lines"]
+    if data["window"]["undated_excluded"]:
+        out.append(f"{data['window']['undated_excluded']} calls without a time were left out "
+                   "of the --since-minutes window")
+    rows = []
+    for g in data["workflows"]:
+        d = g["duration_ms"]
+        unknown = f" (+{d['unknown']} unknown)" if d["unknown"] else ""
+        rows.append([g["tool"], g["action"], g["backend"], str(g["count"]),
+                     _ms(d["p50"]), _ms(d["p95"]) + unknown, _counts(g["outcomes"]),
+                     _counts(g["error_codes"])])
+    out.append(table(["TOOL", "ACTION", "BACKEND", "CALLS", "P50 MS", "P95 MS", "OUTCOMES",
+                      "ERROR CODES"], rows) if rows else "no tool calls in the window")
+    for g in data["workflows"]:
+        name = f"{g['tool']}.{g['action']} ({g['backend']})"
+        if "observe" in g:
+            parts = []
+            for key, value in g["observe"].items():
+                shown = "unknown" if value["sum"] is None else str(value["sum"])
+                extra = f" ({value['calls_unknown']} calls unknown)" if value["calls_unknown"] else ""
+                parts.append(f"{key} {shown}{extra}")
+            out.append(f"{name} observe items: " + "; ".join(parts))
+        if "receipts" in g:
+            out.append(f"{name} prompt receipts: " + "; ".join(
+                f"{fact} {_counts(counts)}" for fact, counts in g["receipts"].items()))
+        if "catalog" in g:
+            out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
+        if "effective_wait_ms" in g:
+            w = g["effective_wait_ms"]
+            out.append(f"{name} effective wait p50 {_ms(w['p50'])} ms "
+                       f"({w['known']} known, {w['unknown']} unknown)")
+    if data["phases"]:
+        out.append("phases (inclusive: they overlap; do not add them up):")
+        out.append(table(["PHASE", "COUNT", "P50 MS", "P95 MS"], [
+            [name, str(p["count"]), _ms(p["p50_ms"]), _ms(p["p95_ms"])]
+            for name, p in data["phases"].items()]))
+    if data["started_without_terminal"]:
+        out.append(f"{data['started_without_terminal']} calls started without a terminal event "
+                   "(completion not observed: a killed process, a cancellation or a rotation; "
+                   "not evidence that they still run)")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether report",
+                                     description="Summarise a Tether usage log (TETHER_USAGE_LOG).")
+    parser.add_argument("--log", required=True, type=Path, help="the usage log (JSONL)")
+    parser.add_argument("--last", type=int, default=None,
+                        help="only the last N tool calls (auxiliary events are not counted)")
+    parser.add_argument("--since-minutes", type=float, default=0,
+                        help="only calls from the last M minutes (0: no limit)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+    if args.last is not None and args.last < 0:
+        parser.error("--last must be 0 or more")
+    if args.since_minutes < 0:
+        parser.error("--since-minutes must be 0 or more")
+    try:
+        with args.log.open(encoding="utf-8", errors="replace") as fh:
+            report = build_report(fh, last=args.last, since_minutes=args.since_minutes,
+                                  now_ms=int(time.time() * 1000))
+    except OSError as exc:
+        print(f"tether report: cannot read {args.log}: {exc.strerror}", file=sys.stderr)
+        return 2
+    data = report.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(render_text(data, args.log))
+    return 0

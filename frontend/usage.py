@@ -1,0 +1,398 @@
+"""The usage log (SPEC R30): one JSON line per event, private, size-rotated.
+
+Enabled by ``TETHER_USAGE_LOG`` (a file path). Every MCP tool call writes:
+
+- ``tool_started`` when the call begins,
+- up to :data:`MAX_PHASE_PAIRS` ``tool_phase`` start/finish pairs (validation, admission,
+  catalog, runtime_capture, prompt_rpc, wait_sleep, finalize) and at most one truncation
+  marker once that cap is hit,
+- one terminal ``tool_call`` with tool, action, backend, duration, outcome, code and the
+  workflow counters,
+
+all sharing a random ``usage_call_id``. Only finite classifications, durations and counts
+are written: never command or prompt text, output, cursors, tokens, ids of records, or paths.
+A ``tool_started`` without its ``tool_call`` means completion was not observed (a killed
+process, a cancelled call, a rotation in between), not that the call is still running.
+
+Phases are found through a context variable, so code deep in a call (the guardian locator)
+can mark one without the tools passing a recorder around; outside a recorded call
+:func:`phase` does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): keep it light
+    import mcp_types as types
+
+USAGE_SCHEMA = 1
+WORKFLOW_SCHEMA = 1
+OBSERVE_SCHEMA = 1
+MAX_PHASE_PAIRS = 16
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+#: Rotated generations kept next to the log: ``usage.jsonl.1`` (newest) .. ``.3``.
+KEEP_ROTATED = 3
+PHASES = ("validation", "admission", "catalog", "runtime_capture", "prompt_rpc", "wait_sleep",
+          "finalize")
+#: Tools whose calls are workflow observations (seed: ``workflow_schema=1``).
+WORKFLOW_TOOLS = frozenset({"Execution", "Agent"})
+#: BashCommand actions that consume ``wait_for_seconds`` (screen and wait_for_turn do not).
+WAITING_ACTIONS = frozenset({"command", "status_check", "send_text", "send_keys"})
+DEFAULT_BASH_WAIT_MS = 5000
+MAX_INPUT_WAIT_MS = 5000
+
+_current: contextvars.ContextVar[CallRecorder | None] = contextvars.ContextVar(
+    "tether_usage_call", default=None
+)
+
+
+# -- the file -------------------------------------------------------------------------------
+
+
+class UsageFile:
+    """Appends JSON lines to one private file and rotates it by size.
+
+    Several front-ends may share a log: each line is one ``write`` on an ``O_APPEND`` fd, and
+    a writer whose file was rotated away by another reopens the path on its next line.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._fd: int | None = None
+        self._ino: int | None = None
+
+    def write(self, event: Mapping[str, Any]) -> None:
+        line = json.dumps(event, separators=(",", ":"), sort_keys=True) + "\n"
+        try:
+            fd = self._open()
+            os.write(fd, line.encode())
+            if os.fstat(fd).st_size >= self.max_bytes:
+                self._rotate()
+        except OSError:
+            # Telemetry never fails a tool call; a broken log shows up in `tether doctor`.
+            self.close()
+
+    def _open(self) -> int:
+        if self._fd is not None:
+            try:
+                if os.stat(self.path).st_ino == self._ino:
+                    return self._fd
+            except FileNotFoundError:
+                pass
+            self.close()  # rotated (or removed) by someone else: follow the path
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
+        self._fd, self._ino = fd, os.fstat(fd).st_ino
+        return fd
+
+    def _rotate(self) -> None:
+        for index in range(KEEP_ROTATED - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{index}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
+        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = self._ino = None
+
+
+# -- one call ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CallRecorder:
+    """The phases of one tool call; writes ``tool_phase`` events as they happen."""
+
+    sink: UsageFile
+    usage_call_id: str
+    clock: Callable[[], float]
+    pairs: int = 0
+    truncated: bool = False
+    last_finish: float | None = None
+    summary: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        emit = self._start(name)
+        start = self.clock()
+        outcome = "ok"
+        try:
+            yield
+        except BaseException:
+            outcome = "raised"
+            raise
+        finally:
+            self.last_finish = self.clock()
+            self._finish(name, self.last_finish - start, outcome, emit)
+
+    def finalize(self) -> None:
+        """Record ``finalize``: from the last phase (the guardian's reply) to the result."""
+        if self.last_finish is not None:
+            emit = self._start("finalize")
+            self._finish("finalize", self.clock() - self.last_finish, "ok", emit)
+
+    def _start(self, name: str) -> bool:
+        if self.pairs < MAX_PHASE_PAIRS:
+            self.pairs += 1
+            self.sink.write({"event": "tool_phase", "usage_call_id": self.usage_call_id,
+                             "phase": name, "edge": "start", "usage_schema": USAGE_SCHEMA})
+            return True
+        if not self.truncated:
+            self.truncated = True
+            self.sink.write({"event": "tool_phase", "usage_call_id": self.usage_call_id,
+                             "phase": "truncated", "edge": "marker",
+                             "max_pairs": MAX_PHASE_PAIRS, "usage_schema": USAGE_SCHEMA})
+        return False
+
+    def _finish(self, name: str, seconds: float, outcome: str, emit: bool) -> None:
+        ms = round(seconds * 1000, 3)
+        # Suppressed phases still count in the terminal summary.
+        entry = self.summary.setdefault(name, {"count": 0, "total_ms": 0.0})
+        entry["count"] += 1
+        entry["total_ms"] = round(entry["total_ms"] + ms, 3)
+        if emit:
+            self.sink.write({"event": "tool_phase", "usage_call_id": self.usage_call_id,
+                             "phase": name, "edge": "finish", "duration_ms": ms,
+                             "outcome": outcome, "usage_schema": USAGE_SCHEMA})
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Mark a phase of the tool call in progress (nothing outside a recorded call)."""
+    recorder = _current.get()
+    if recorder is None:
+        yield
+        return
+    with recorder.phase(name):
+        yield
+
+
+def phase_for_method(method: str) -> str:
+    """Which phase a guardian RPC belongs to."""
+    if method in ("exec.wait", "exec.wait_turn"):
+        return "wait_sleep"
+    if method.startswith("agent."):
+        return "prompt_rpc"
+    if method in ("exec.start", "exec.input", "exec.status", "exec.screen", "thread.reset_shell"):
+        return "runtime_capture"
+    return "catalog"
+
+
+# -- the log ---------------------------------------------------------------------------------
+
+
+class UsageLog:
+    """Wraps tool calls; a disabled log (no ``TETHER_USAGE_LOG``) costs one branch."""
+
+    def __init__(self, sink: UsageFile | None, clock: Callable[[], float] = time.perf_counter,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.sink = sink
+        self.clock = clock
+        self.wall_ms = wall_ms
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> UsageLog:
+        env = os.environ if env is None else env
+        raw = env.get("TETHER_USAGE_LOG", "")
+        if not raw:
+            return cls(None)
+        limit = env.get("TETHER_USAGE_LOG_MAX_BYTES", "")
+        try:
+            max_bytes = int(limit) if limit else DEFAULT_MAX_BYTES
+        except ValueError:
+            raise ValueError(
+                f"TETHER_USAGE_LOG_MAX_BYTES must be a number of bytes, got {limit!r}") from None
+        if max_bytes < 4096:
+            raise ValueError("TETHER_USAGE_LOG_MAX_BYTES must be at least 4096")
+        return cls(UsageFile(Path(raw).expanduser().absolute(), max_bytes))
+
+    async def around(
+        self, tool: str, arguments: Mapping[str, Any] | None,
+        run: Callable[[], Awaitable[types.CallToolResult]],
+    ) -> types.CallToolResult:
+        """Run one tool call, logging it when the log is enabled."""
+        if self.sink is None:
+            return await run()
+        args = dict(arguments or {})
+        call_id = secrets.token_hex(8)
+        base = {"usage_call_id": call_id, "usage_schema": USAGE_SCHEMA,
+                **classify(tool, args)}
+        self.sink.write({"event": "tool_started", "ts_unix_ms": self.wall_ms(), **base})
+        recorder = CallRecorder(self.sink, call_id, self.clock)
+        token = _current.set(recorder)
+        start = self.clock()
+        result: types.CallToolResult | None = None
+        try:
+            result = await run()
+            return result
+        finally:
+            _current.reset(token)
+            recorder.finalize()
+            event: dict[str, Any] = {
+                "event": "tool_call", "ts_unix_ms": self.wall_ms(), **base,
+                "duration_ms": round((self.clock() - start) * 1000, 3),
+                "phases": recorder.summary,
+            }
+            if recorder.truncated:
+                event["phases_truncated"] = True
+            event.update(outcome_fields(result))
+            event.update(workflow_fields(tool, args, result))
+            self.sink.write(event)
+
+
+def _action_json(args: Mapping[str, Any]) -> dict[str, Any]:
+    action = args.get("action_json")
+    if isinstance(action, str):  # some clients send the action as JSON text
+        try:
+            action = json.loads(action)
+        except ValueError:
+            return {}
+    return action if isinstance(action, dict) else {}
+
+
+def _action_of(tool: str, args: Mapping[str, Any]) -> Any:
+    if tool == "BashCommand":
+        return _action_json(args).get("type")
+    if tool == "Execution":
+        action = args.get("action")
+        return action.get("type") if isinstance(action, dict) else None
+    if tool == "Agent":
+        return args.get("action")
+    if tool == "Initialize":
+        return args.get("type", "first_call")
+    return None
+
+
+#: The finite vocabulary of actions and backends; anything else is logged as ``other``, so a
+#: client's free text can never reach the log through an action name.
+ACTIONS: dict[str, frozenset[str]] = {
+    "Initialize": frozenset({"first_call", "status", "reset_shell", "change_mode"}),
+    "BashCommand": frozenset({"command", "status_check", "send_text", "send_keys", "screen",
+                              "wait_for_turn"}),
+    "Execution": frozenset({"list", "get", "explain", "read", "observe", "wait"}),
+    "Agent": frozenset({"list", "get", "read", "explain", "wait", "prompt", "launch", "close",
+                        "resume", "archive", "unarchive", "cancel", "label", "notifications"}),
+}
+BACKENDS = frozenset({"native", "herdr"})
+_SAFE_WORD = frozenset("abcdefghijklmnopqrstuvwxyz_")
+
+
+def _word(value: Any) -> str | None:
+    """A classification value, only if it is a short lowercase word (never free text)."""
+    if isinstance(value, str) and 0 < len(value) <= 40 and set(value) <= _SAFE_WORD:
+        return value
+    return None
+
+
+def _known(value: Any, vocabulary: frozenset[str]) -> str:
+    if value is None:
+        return "unknown"
+    return value if value in vocabulary else "other"
+
+
+def classify(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Tool, action and backend: finite classifications only."""
+    if tool not in ACTIONS:
+        return {"tool": "other", "action": "unknown", "backend": "unknown"}
+    backend = _known(args.get("backend", "native"), BACKENDS) if tool == "Agent" else "native"
+    return {"tool": tool, "action": _known(_action_of(tool, args), ACTIONS[tool]),
+            "backend": backend}
+
+
+def outcome_fields(result: types.CallToolResult | None) -> dict[str, Any]:
+    if result is None:
+        return {"outcome": "abandoned", "code": None}  # cancelled or raised past the server
+    content = result.structured_content or {}
+    status = content.get("status")
+    if result.is_error:
+        outcome = "error"
+    elif status == "completed_with_issues":
+        outcome = "completed_with_issues"
+    else:
+        outcome = "ok"
+    fields: dict[str, Any] = {"outcome": outcome, "code": _code(content.get("code"))}
+    fields["response_bytes"] = sum(len(text) for c in result.content
+                                   if isinstance(text := getattr(c, "text", None), str))
+    return fields
+
+
+def _code(value: Any) -> str | None:
+    return value if isinstance(value, str) and _word(value) else None
+
+
+def workflow_fields(
+    tool: str, args: Mapping[str, Any], result: types.CallToolResult | None
+) -> dict[str, Any]:
+    """Counters that say what a call did, without saying what it was about."""
+    fields: dict[str, Any] = {}
+    action = _action_of(tool, args)
+    data: dict[str, Any] = {}
+    if result is not None and isinstance(result.structured_content, dict):
+        raw = result.structured_content.get("data")
+        data = raw if isinstance(raw, dict) else {}
+    if tool in WORKFLOW_TOOLS:
+        fields["workflow_schema"] = WORKFLOW_SCHEMA
+    if tool == "Execution" and action == "observe":
+        fields["observe_schema"] = OBSERVE_SCHEMA
+        items = (args.get("action") or {}).get("items")
+        if isinstance(items, list):
+            fields["batch_items"] = fields["observe_requested_items"] = len(items)
+        returned = data.get("items")
+        if isinstance(returned, list):
+            fields["observe_returned_items"] = len(returned)
+            fields["observe_items_with_issues"] = sum(
+                1 for item in returned if isinstance(item, dict) and item.get("errors"))
+    if action == "wait" and "outcome" in data and tool in WORKFLOW_TOOLS:
+        outcome = _word(data.get("outcome"))
+        if outcome:
+            fields["catalog_outcome"] = outcome
+    receipt = data.get("receipt")
+    if tool == "Agent" and isinstance(receipt, dict):
+        fields["receipt_observed"] = True
+        for key in ("delivered", "activity_observed", "wait_reached"):
+            if isinstance(receipt.get(key), bool):
+                fields[f"receipt_{key}"] = receipt[key]
+    if tool == "BashCommand" and action in WAITING_ACTIONS:
+        fields.update(_wait_fields(action, args, result))
+    return fields
+
+
+def _wait_fields(
+    action: str, args: Mapping[str, Any], result: types.CallToolResult | None
+) -> dict[str, Any]:
+    """Requested vs server-selected inline wait (seed "Usage metrics")."""
+    requested = args.get("wait_for_seconds")
+    fields: dict[str, Any] = {}
+    if isinstance(requested, int | float) and not isinstance(requested, bool):
+        fields["requested_wait_policy"] = "explicit"
+        fields["requested_wait_ms"] = int(requested * 1000)
+    else:
+        fields["requested_wait_policy"] = "default"
+    # The allowance is unknown when the call failed before routing (bad arguments).
+    content = result.structured_content if result is not None else None
+    if not isinstance(content, dict) or content.get("code") == "invalid_request":
+        return fields
+    wait_ms = fields.get("requested_wait_ms", DEFAULT_BASH_WAIT_MS)
+    if action in ("send_text", "send_keys"):
+        wait_ms = min(wait_ms, MAX_INPUT_WAIT_MS)
+    if action == "command" and _action_json(args).get("is_background") is True:
+        wait_ms = 0
+    fields.update(effective_wait_policy=fields["requested_wait_policy"],
+                  effective_wait_ms=wait_ms, effective_wait_mode="synchronous")
+    return fields

@@ -1,0 +1,202 @@
+"""The usage log (R30) of a real session, and ``tether report`` over it and over bad logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.mcp_helpers import bash, call, call_error, execution, initialize
+from tether.frontend.person.report import build_report
+from tether.frontend.server import build_server
+from tether.frontend.usage import MAX_PHASE_PAIRS, CallRecorder, UsageFile
+from tether.shared.config import Config
+
+TETHER = str(Path(sys.executable).with_name("tether"))
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _report(log: Path, *extra: str) -> dict[str, Any]:
+    done = subprocess.run([TETHER, "report", "--log", str(log), "--json", *extra],
+                          capture_output=True, text=True, timeout=30, check=True)
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def _group(report: dict[str, Any], tool: str, action: str) -> dict[str, Any]:
+    found = [g for g in report["workflows"] if (g["tool"], g["action"]) == (tool, action)]
+    assert len(found) == 1, (tool, action, report["workflows"])
+    return found[0]
+
+
+@pytest.mark.anyio
+async def test_session_of_twenty_calls(
+    tether_env: Config, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "logs" / "usage.jsonl"
+    monkeypatch.setenv("TETHER_USAGE_LOG", str(log))
+    secrets = ["secret-cmd-alpha", "secret-bg-beta", "secret-typed-gamma", "secret-prompt-delta"]
+    seen: list[str] = [str(workspace), str(tmp_path), str(tether_env.state_home)]
+    async with Client(build_server(tether_env)) as client:
+        s = await initialize(client, workspace)  # 1
+        scope = {"thread_id": s["thread_id"], "workspace_root": s["workspace_root"]}
+        fg = await bash(client, s, {"type": "command", "command": f"echo {secrets[0]}"}, 10)  # 2
+        bg = await bash(client, s, {"type": "command", "is_background": True,  # 3
+                                    "command": f"echo {secrets[1]}; sleep 30"})
+        await bash(client, s, {"type": "status_check", "execution_id": fg["execution_id"]}, 0)  # 4
+        await bash(client, s, {"type": "screen", "execution_id": bg["execution_id"]})  # 5
+        await bash(client, s, {"type": "send_text", "text": secrets[2],  # 6
+                               "execution_id": bg["execution_id"]}, 0)
+        await execution(client, s, {"type": "list"})  # 7
+        await execution(client, s, {"type": "get", "execution_id": fg["execution_id"]})  # 8
+        page = (await execution(client, s, {"type": "read", "execution_id": fg["execution_id"],  # 9
+                                            "page_bytes": 8}))["data"]
+        seen.append(page["next_cursor"])
+        await execution(client, s, {"type": "read", "execution_id": fg["execution_id"],  # 10
+                                    "cursor": page["next_cursor"]})
+        observed = await client.call_tool("Execution", {**scope, "action": {  # 11
+            "type": "observe", "items": [{"execution_id": fg["execution_id"]},
+                                         {"execution_id": "ex_missing"}]}})
+        assert observed.structured_content and observed.structured_content["status"] == \
+            "completed_with_issues"
+        waited = await execution(client, s, {"type": "wait",  # 12
+                                             "execution_ids": [bg["execution_id"]],
+                                             "events": ["exited"], "timeout_seconds": 0})
+        seen.append(waited["data"]["cursor"])
+        missing = await execution(client, s, {"type": "get", "execution_id": "ex_nope"},  # 13
+                                  expect_error=True)
+        assert missing["code"] == "not_found"
+        wrong = await call_error(client, "BashCommand", {  # 14
+            "thread_id": "th_other", "workspace_root": str(workspace),
+            "action_json": {"type": "command", "command": "echo secret-cmd-alpha"}})
+        assert wrong["code"] == "session_mismatch"
+        bad = await call_error(client, "BashCommand", {**scope, "action_json": {"type": "nope"}})
+        assert bad["code"] == "invalid_request"  # 15
+        await call(client, "Agent", {**scope, "action": "list"})  # 16
+        prompt = await call_error(client, "Agent", {  # 17
+            **scope, "action": "prompt", "target": bg["execution_id"], "prompt_id": "p1",
+            "text": secrets[3], "recognizer": "claude", "timeout_seconds": 0})
+        assert prompt["code"] == "input_not_ready"
+        await execution(client, s, {"type": "explain", "execution_id": bg["execution_id"]})  # 18
+        await bash(client, s, {"type": "send_keys", "keys": ["Ctrl-c"],  # 19
+                               "execution_id": bg["execution_id"]}, 0)
+        await call(client, "Initialize", {"type": "status", **scope})  # 20
+        seen += [s["thread_id"], fg["execution_id"], bg["execution_id"]]
+
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    text = log.read_text()
+    for needle in secrets + seen:
+        assert needle not in text, f"usage log leaks {needle!r}"
+    events = _events(log)
+    calls = [e for e in events if e["event"] == "tool_call"]
+    assert len(calls) == 20
+    call_ids = {e["usage_call_id"] for e in calls}
+    assert len(call_ids) == 20
+    started = {e["usage_call_id"] for e in events if e["event"] == "tool_started"}
+    assert started == call_ids
+    phases = [e for e in events if e["event"] == "tool_phase"]
+    assert phases and {e["usage_call_id"] for e in phases} <= call_ids
+    for call_id in call_ids:  # every phase start has its finish
+        mine = [e for e in phases if e["usage_call_id"] == call_id]
+        assert sum(e["edge"] == "start" for e in mine) == sum(e["edge"] == "finish" for e in mine)
+    names = {e["phase"] for e in phases}
+    assert {"validation", "admission", "catalog", "runtime_capture", "prompt_rpc",
+            "wait_sleep", "finalize"} <= names
+    assert all(e["usage_schema"] == 1 for e in calls)
+    assert all(e.get("workflow_schema") == 1 for e in calls if e["tool"] in ("Execution", "Agent"))
+    command = [e for e in calls if (e["tool"], e["action"]) == ("BashCommand", "command")]
+    assert {(e.get("requested_wait_ms"), e.get("effective_wait_ms")) for e in command} >= \
+        {(10_000, 10_000), (None, 0)}
+
+    report = _report(log)
+    assert report["tool_calls"] == 20 and report["malformed_lines"] == 0
+    assert _group(report, "BashCommand", "command")["count"] == 3
+    assert _group(report, "BashCommand", "command")["error_codes"] == {"session_mismatch": 1}
+    assert _group(report, "BashCommand", "other")["error_codes"] == {"invalid_request": 1}
+    get = _group(report, "Execution", "get")
+    assert get["count"] == 2 and get["error_codes"] == {"not_found": 1}
+    assert get["duration_ms"]["p50"] is not None and get["duration_ms"]["unknown"] == 0
+    observe = _group(report, "Execution", "observe")
+    assert observe["observe"]["requested_items"]["sum"] == 2
+    assert observe["observe"]["returned_items"]["sum"] == 2
+    assert observe["observe"]["items_with_issues"]["sum"] == 1
+    assert observe["error_codes"] == {"execution_observation_issues": 1}
+    assert _group(report, "Execution", "wait")["catalog"] == {"timeout": 1}
+    prompt_group = _group(report, "Agent", "prompt")
+    assert prompt_group["error_codes"] == {"input_not_ready": 1}
+    assert prompt_group["receipts"]["delivered"] == {"unknown": 1}
+    assert _report(log, "--last", "5")["tool_calls"] == 5
+    human = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
+                           timeout=30, check=True).stdout
+    assert "session_mismatch×1" in human and "not_found×1" in human
+
+
+def test_malformed_line_and_missing_field_stay_unknown(tmp_path: Path) -> None:
+    log = tmp_path / "usage.jsonl"
+    good = {"event": "tool_call", "usage_schema": 1, "tool": "Execution", "action": "get",
+            "backend": "native", "duration_ms": 4.0, "outcome": "ok", "code": None,
+            "ts_unix_ms": 1}
+    no_duration = {k: v for k, v in good.items() if k != "duration_ms"}
+    no_tool = {k: v for k, v in good.items() if k != "tool"}
+    observe = {**good, "action": "observe", "observe_requested_items": 3}  # no returned count
+    lines = [json.dumps(good), "{not json", json.dumps(no_duration), json.dumps(no_tool),
+             json.dumps({"event": "tool_phase", "usage_call_id": "x"}), json.dumps(observe),
+             json.dumps({**good, "action": "list", "duration_ms": "fast"})]
+    log.write_text("\n".join(lines) + "\n")
+    report = _report(log)
+    assert report["malformed_lines"] == 1
+    assert report["tool_calls"] == 5 and report["lines_seen"] == 7
+    get = _group(report, "Execution", "get")
+    assert get["duration_ms"] == {"p50": 4.0, "p95": 4.0, "known": 1, "unknown": 1}
+    assert _group(report, "unknown", "get")["count"] == 1
+    listed = _group(report, "Execution", "list")
+    assert listed["duration_ms"]["p50"] is None and listed["duration_ms"]["unknown"] == 1
+    counters = _group(report, "Execution", "observe")["observe"]
+    assert counters["requested_items"]["sum"] == 3
+    assert counters["returned_items"] == {"sum": None, "calls_known": 0, "calls_unknown": 1}
+    text = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    assert "1 malformed lines" in text and "unknown" in text
+    # Auxiliary events are set aside before --last: the window is the last two tool calls.
+    window = build_report(lines, last=2, since_minutes=0, now_ms=0).to_dict()
+    assert window["tool_calls"] == 2 and window["auxiliary_events"] == 1
+
+
+def test_rotation_keeps_files_private_and_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "usage.jsonl"
+    sink = UsageFile(path, max_bytes=4096)
+    for i in range(400):
+        sink.write({"event": "tool_call", "n": i, "pad": "x" * 40})
+    sink.close()
+    rotated = sorted(tmp_path.iterdir())
+    assert [p.name for p in rotated] == ["usage.jsonl", "usage.jsonl.1", "usage.jsonl.2",
+                                         "usage.jsonl.3"]
+    for p in rotated:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+        assert p.stat().st_size < 4096 + 100
+    last = _events(path)[-1] if path.stat().st_size else _events(rotated[1])[-1]
+    assert last["n"] == 399
+
+
+def test_phase_pairs_are_capped_with_one_marker(tmp_path: Path) -> None:
+    sink = UsageFile(tmp_path / "u.jsonl")
+    recorder = CallRecorder(sink, "abc", clock=lambda: 0.0)
+    for _ in range(MAX_PHASE_PAIRS + 5):
+        with recorder.phase("catalog"):
+            pass
+    sink.close()
+    events = _events(tmp_path / "u.jsonl")
+    assert sum(e["edge"] == "start" for e in events) == MAX_PHASE_PAIRS
+    assert sum(e["edge"] == "marker" for e in events) == 1
+    assert recorder.summary["catalog"]["count"] == MAX_PHASE_PAIRS + 5  # still summarised
+    os.remove(tmp_path / "u.jsonl")
