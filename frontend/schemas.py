@@ -7,9 +7,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tether.protocol.methods import MAX_COLS, MAX_ROWS, MIN_COLS, MIN_ROWS
+from tether.protocol.methods import MAX_COLS, MAX_GENERATION, MAX_ROWS, MAX_WIRE_INT, MIN_COLS, MIN_ROWS
+from tether.protocol.text import CleanText
 
 Id = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+#: Every path, command and text is refused (never altered) when it holds NUL, a lone
+#: surrogate or invalid UTF-8; every integer has a range (nothing overflows the wire).
+WorkspaceRoot = Annotated[CleanText, Field(description="absolute path of the workspace")]
+Generation = Annotated[int, Field(
+    ge=1, le=MAX_GENERATION,
+    description="refuse (stale_generation) unless the target runtime is at this generation")]
 
 
 class ToolArgs(BaseModel):
@@ -20,16 +27,14 @@ class InitializeArgs(ToolArgs):
     """Start or reattach to a thread in a workspace, or show its status."""
 
     type: Literal["first_call", "status", "reset_shell"] = "first_call"
-    workspace_root: str = Field(description="absolute path of the workspace")
+    workspace_root: WorkspaceRoot
     thread_id: Id | None = Field(default=None, description="thread to reattach to")
 
 
 class CommandAction(ToolArgs):
     type: Literal["command"]
-    generation: int | None = Field(
-        default=None, ge=1,
-        description="refuse (stale_generation) unless the target runtime is at this generation")
-    command: str = Field(min_length=1, description="shell command line (may be multi-line)")
+    generation: Generation | None = None
+    command: CleanText = Field(min_length=1, description="shell command line (may be multi-line)")
     is_background: bool = False
     rows: int | None = Field(default=None, ge=MIN_ROWS, le=MAX_ROWS)
     cols: int | None = Field(default=None, ge=MIN_COLS, le=MAX_COLS)
@@ -42,19 +47,15 @@ class StatusCheckAction(ToolArgs):
 
 class SendTextAction(ToolArgs):
     type: Literal["send_text"]
-    generation: int | None = Field(
-        default=None, ge=1,
-        description="refuse (stale_generation) unless the target runtime is at this generation")
-    text: str
+    generation: Generation | None = None
+    text: CleanText
     execution_id: Id | None = None
     submit: bool = False
 
 
 class SendKeysAction(ToolArgs):
     type: Literal["send_keys"]
-    generation: int | None = Field(
-        default=None, ge=1,
-        description="refuse (stale_generation) unless the target runtime is at this generation")
+    generation: Generation | None = None
     keys: list[str] = Field(min_length=1, max_length=64)
     execution_id: Id | None = None
 
@@ -89,7 +90,7 @@ class BashCommandArgs(ToolArgs):
     it, or read its screen."""
 
     thread_id: Id
-    workspace_root: str
+    workspace_root: WorkspaceRoot
     action_json: BashAction
     wait_for_seconds: float | None = Field(default=None, ge=0, le=60)
 
@@ -108,7 +109,7 @@ class BashCommandArgs(ToolArgs):
 class ObserveItemArgs(ToolArgs):
     execution_id: Id
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = 2048
+    page_bytes: int = Field(default=2048, ge=0, le=MAX_WIRE_INT)  # the guardian checks 4-65536
     cursor: str | None = None
 
 
@@ -165,7 +166,7 @@ class ExecutionArgs(ToolArgs):
     """Look back at what ran: list, get, read pages, observe several, wait for changes."""
 
     thread_id: Id
-    workspace_root: str
+    workspace_root: WorkspaceRoot
     action: ExecutionAction
 
 
@@ -173,12 +174,12 @@ class AgentArgs(ToolArgs):
     """Observe agents running in terminals, and prompt them exactly once."""
 
     thread_id: Id
-    workspace_root: str
+    workspace_root: WorkspaceRoot
     backend: Literal["native", "herdr"] = "native"
     action: Literal["list", "get", "read", "explain", "wait", "prompt"]
     target: Id | None = Field(default=None, description="execution_id of the agent")
     prompt_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")] | None = None
-    text: str | None = Field(default=None, description="prompt text (at most 16 KiB)")
+    text: CleanText | None = Field(default=None, description="prompt text (at most 16 KiB)")
     recognizer: Recognizer = "auto"
     timeout_seconds: float = Field(default=10, ge=0, le=30)
     limit: int = Field(default=20, ge=1, le=128)

@@ -19,6 +19,7 @@ from tether.frontend.tools import all_tools
 from tether.frontend.tools.base import Session
 from tether.frontend.usage import UsageLog, phase
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import validation_error
 from tether.shared.config import Config
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,7 @@ def build_server(config: Config | None = None, principal: str = "local") -> Serv
                 args = tool.args_model.model_validate(params.arguments or {})
             return await tool.run(session, args, progress)
         except ValidationError as exc:
-            return results.error(TetherError(
-                ErrorCode.INVALID_REQUEST, _describe(exc), {"input_sent": False}
-            ))
+            return results.error(validation_error(exc, "arguments"))
         except TetherError as err:
             return results.error(err)
         except ValueError as exc:
@@ -79,11 +78,3 @@ def build_server(config: Config | None = None, principal: str = "local") -> Serv
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:6]:
-        where = ".".join(str(p) for p in error["loc"]) or "arguments"
-        parts.append(f"{where}: {error['msg']}")
-    return "invalid arguments: " + "; ".join(parts)

@@ -13,7 +13,7 @@ from tether.guardian.rpc.daemon import Guardian
 from tether.protocol.errors import TetherError
 from tether.protocol.versions import Version, known_minor_versions
 from tether.shared.config import Config
-from tether.shared.paths import canonical_workspace
+from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -44,9 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         version = Version.parse(args.protocol) if args.protocol else None
         if version is not None and version not in known_minor_versions():
             raise ValueError(f"unknown protocol version {version}")
-        workspace = canonical_workspace(workspace_arg)
+        config = Config.from_env()
+        workspace = refuse_broad_workspace(canonical_workspace(workspace_arg), config)
         guardian = Guardian(
-            config=Config.from_env(), principal=args.principal, workspace_root=workspace,
+            config=config, principal=args.principal, workspace_root=workspace,
             protocol=version,
         )
     except (ValueError, TetherError) as exc:

@@ -29,9 +29,13 @@ class ErrorCode(StrEnum):
     CAPABILITY_MISSING = "capability_missing"
     GUARDIAN_UNAVAILABLE = "guardian_unavailable"
     GUARDIAN_START_FAILED = "guardian_start_failed"
+    # A guardian that is alive (identity checked) but does not answer: stopped, overloaded.
+    GUARDIAN_UNRESPONSIVE = "guardian_unresponsive"
     RUNTIME_DIR_UNSAFE = "runtime_dir_unsafe"
     # Sessions and executions
     SESSION_MISMATCH = "session_mismatch"
+    # "/", the home directory or one of its ancestors, unless the operator allows it.
+    WORKSPACE_TOO_BROAD = "workspace_too_broad"
     NOT_FOUND = "not_found"
     SHELL_BUSY = "shell_busy"
     NOT_RUNNING = "not_running"
@@ -41,6 +45,8 @@ class ErrorCode(StrEnum):
     EXECUTION_OBSERVATION_ISSUES = "execution_observation_issues"
     # Agents and prompts
     INPUT_NOT_READY = "input_not_ready"
+    # Another input (prompt, text, keys, command) is being typed into the same runtime.
+    TARGET_BUSY = "target_busy"
     PROMPT_ID_CONFLICT = "prompt_id_conflict"
     RECEIPT_LIMIT = "receipt_limit"
     UNKNOWN_RECOGNIZER = "unknown_recognizer"

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.text import UNSAFE_TEXT_ERROR, CleanText
 from tether.protocol.versions import Capability
 
 # Limits shared by both sides (SPEC §5, §6). The front-end checks them before sending so a
@@ -23,9 +25,14 @@ MIN_ROWS, MAX_ROWS = 2, 500
 MIN_COLS, MAX_COLS = 10, 1000
 DEFAULT_ROWS, DEFAULT_COLS = 40, 120
 MAX_IDEMPOTENCY_KEY = 128
+#: Upper bound of a generation and of any count the guardian range-checks itself: every
+#: integer on the wire has a range, so none can overflow msgpack (64 bits) on either side.
+MAX_GENERATION = 2**31 - 1
+MAX_WIRE_INT = 2**31 - 1
 
 ExecutionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 ThreadId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+VersionPart = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 IdempotencyKey = Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)]
 
 
@@ -36,8 +43,8 @@ class Params(BaseModel):
 
 
 class HelloParams(Params):
-    client_min: tuple[int, int] = (1, 0)
-    client_max: tuple[int, int] = (1, 0)
+    client_min: tuple[VersionPart, VersionPart] = (1, 0)
+    client_max: tuple[VersionPart, VersionPart] = (1, 0)
     capabilities: list[str] = Field(default_factory=list, max_length=64)
 
 
@@ -45,13 +52,13 @@ class Scoped(Params):
     """Every thread-scoped call names the principal, workspace and thread it acts for."""
 
     principal: str = Field(min_length=1, max_length=128)
-    workspace_root: str = Field(min_length=1, max_length=4096)
+    workspace_root: CleanText = Field(min_length=1, max_length=4096)
     thread_id: ThreadId
 
 
 class ThreadOpenParams(Params):
     principal: str = Field(min_length=1, max_length=128)
-    workspace_root: str = Field(min_length=1, max_length=4096)
+    workspace_root: CleanText = Field(min_length=1, max_length=4096)
     thread_id: ThreadId | None = None
 
 
@@ -60,13 +67,13 @@ class ResetShellParams(Scoped):
 
 
 class ExecStartParams(Scoped):
-    command: str = Field(min_length=1)
+    command: CleanText = Field(min_length=1)
     background: bool = False
     rows: int = Field(default=DEFAULT_ROWS, ge=MIN_ROWS, le=MAX_ROWS)
     cols: int = Field(default=DEFAULT_COLS, ge=MIN_COLS, le=MAX_COLS)
     wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
     idempotency_key: IdempotencyKey
-    generation: int | None = Field(default=None, ge=1)
+    generation: int | None = Field(default=None, ge=1, le=MAX_GENERATION)
     parent_execution_id: ExecutionId | None = None
 
 
@@ -77,11 +84,11 @@ class ExecStatusParams(Scoped):
 
 class ExecInputParams(Scoped):
     execution_id: ExecutionId | None = None
-    text: str | None = None
+    text: CleanText | None = None
     keys: list[str] | None = Field(default=None, max_length=MAX_KEYS)
     submit: bool = False
     idempotency_key: IdempotencyKey
-    generation: int | None = Field(default=None, ge=1)
+    generation: int | None = Field(default=None, ge=1, le=MAX_GENERATION)
     wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
 
 
@@ -110,7 +117,7 @@ class ExecReadParams(Scoped):
 class ObserveItem(Params):
     execution_id: ExecutionId
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = 2048
+    page_bytes: int = Field(default=2048, ge=0, le=MAX_WIRE_INT)  # range rule: reads.py
     cursor: str | None = Field(default=None, max_length=1024)
 
 
@@ -149,7 +156,7 @@ class ExecWaitTurnParams(Scoped):
 class AgentPromptParams(Scoped):
     execution_id: ExecutionId
     prompt_id: PromptId
-    text: str = Field(min_length=1)
+    text: CleanText = Field(min_length=1)
     recognizer: RecognizerName = "auto"
     timeout_ms: int = Field(default=10_000, ge=0, le=MAX_PROMPT_WAIT_MS)
 
@@ -189,3 +196,17 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
 #: Methods that may be sent without naming a guardian instance: they have no side effects
 #: on terminals, so a replay to a restarted guardian (R9) cannot deliver input.
 INSTANCE_OPTIONAL = frozenset({"hello"})
+
+
+def validation_error(exc: ValidationError, what: str) -> TetherError:
+    """``invalid_request`` for a pydantic failure (front-end arguments or guardian params):
+    the message names each bad field; ``data.field``/``data.offset`` locate unsafe text."""
+    parts = []
+    data: dict[str, object] = {"input_sent": False}
+    for error in exc.errors()[:6]:
+        where = ".".join(str(p) for p in error["loc"]) or what
+        parts.append(f"{where}: {error['msg']}")
+        if error["type"] == UNSAFE_TEXT_ERROR and "field" not in data:
+            data["field"] = where
+            data["offset"] = (error.get("ctx") or {}).get("offset")
+    return TetherError(ErrorCode.INVALID_REQUEST, f"invalid {what}: " + "; ".join(parts), data)

@@ -86,7 +86,14 @@ class GuardianClient:
             guardian_instance_id=self.instance_id,
             auth=self.auth,
         )
-        frame = codec.encode(request.to_wire())
+        try:
+            frame = codec.encode(request.to_wire())
+        except (OverflowError, TypeError, ValueError) as exc:
+            # A value the wire cannot carry (an integer beyond 64 bits, ...): the models bound
+            # every field, so this is a last line of defence, reported instead of crashing.
+            raise TetherError(
+                ErrorCode.INVALID_REQUEST, f"request cannot be encoded: {exc}", {"input_sent": False}
+            ) from None
         if len(frame) > MAX_MESSAGE_BYTES:
             raise TetherError(
                 ErrorCode.LIMIT_EXCEEDED,

@@ -17,11 +17,16 @@ class Config:
     ``state_home``: TETHER_HOME, else $XDG_STATE_HOME/tether, else ~/.local/state/tether.
     ``runtime_dir``: TETHER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/tether, else /tmp/tether-<uid>.
     ``guardian_idle_s``: TETHER_GUARDIAN_IDLE_S (default 24 h).
+    ``home``: HOME; a workspace may not be ``/``, the home directory or an ancestor of it
+    (``workspace_too_broad``) unless listed in ``broad_workspaces_allowed``:
+    TETHER_ALLOW_BROAD_WORKSPACES, paths separated by ``:`` (for example ``/`` or ``$HOME``).
     """
 
     state_home: Path
     runtime_dir: Path
     guardian_idle_s: float
+    home: Path = Path("/nonexistent")
+    broad_workspaces_allowed: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -49,4 +54,10 @@ class Config:
             ) from None
         if idle <= 0:
             raise ValueError("TETHER_GUARDIAN_IDLE_S must be positive")
-        return cls(state_home=state.absolute(), runtime_dir=runtime.absolute(), guardian_idle_s=idle)
+        allowed = frozenset(
+            os.path.realpath(entry)
+            for entry in env.get("TETHER_ALLOW_BROAD_WORKSPACES", "").split(os.pathsep)
+            if entry and os.path.isabs(entry)
+        )
+        return cls(state_home=state.absolute(), runtime_dir=runtime.absolute(), guardian_idle_s=idle,
+                   home=home.absolute(), broad_workspaces_allowed=allowed)

@@ -32,17 +32,41 @@ def canonical_workspace(path: str) -> str:
     return real
 
 
+def refuse_broad_workspace(root: str, config: Config) -> str:
+    """Refuse a canonical workspace that is too broad to be one: ``/``, the home directory,
+    or a directory that contains it, unless the operator allowed that root
+    (TETHER_ALLOW_BROAD_WORKSPACES). A guardian for ``/`` would serve the whole filesystem."""
+    home = os.path.realpath(config.home)
+    broad = root == os.sep or root == home or home.startswith(root.rstrip(os.sep) + os.sep)
+    if broad and root not in config.broad_workspaces_allowed:
+        what = "the filesystem root" if root == os.sep else (
+            "your home directory" if root == home else f"an ancestor of your home directory {home}")
+        raise TetherError(
+            ErrorCode.WORKSPACE_TOO_BROAD,
+            f"workspace_root {root!r} is {what}, too broad to be a workspace; nothing was "
+            "started. Use a project directory, or ask the operator to allow it with "
+            f"TETHER_ALLOW_BROAD_WORKSPACES={root}",
+            {"workspace_root": root, "input_sent": False, "operator_action_required": True},
+        )
+    return root
+
+
 def guardian_key(principal: str, workspace_root: str) -> str:
     """A short stable key for ``(principal, canonical workspace)``."""
     digest = hashlib.sha256(f"{principal}\0{workspace_root}".encode()).hexdigest()
     return digest[:20]
 
 
-def ensure_private_dir(path: Path, *, what: str) -> Path:
+def ensure_private_dir(path: Path, *, what: str, repair: bool = False) -> Path:
     """Create ``path`` (0700) if missing; refuse it if another user owns it or group/other
-    can reach it, as tmux does for its socket directory."""
+    can reach it, as tmux does for its socket directory. ``repair``: a directory Tether itself
+    creates inside a checked root, which older versions left 0755, is tightened to 0700."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Missing ancestors are created 0700 too (mkdir -p would make them 0755, R29).
+        for level in reversed([path, *path.parents]):
+            if not level.exists():
+                level.mkdir(mode=0o700, exist_ok=True)
+                os.chmod(level, 0o700)  # mkdir's mode is filtered by the umask
         st = path.lstat()
     except OSError as exc:
         raise TetherError(
@@ -56,7 +80,9 @@ def ensure_private_dir(path: Path, *, what: str) -> Path:
             f"{what} {path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); "
             "refusing to use it. Set TETHER_RUNTIME_DIR/TETHER_HOME to a directory you own.",
         )
-    if st.st_mode & 0o077:
+    if st.st_mode & 0o077 and repair:
+        os.chmod(path, 0o700)
+    elif st.st_mode & 0o077:
         raise TetherError(
             ErrorCode.RUNTIME_DIR_UNSAFE,
             f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700 "
@@ -119,7 +145,9 @@ def guardian_paths(config: Config, principal: str, workspace_root: str) -> Guard
     paths = GuardianPaths(
         key=key,
         runtime=ensure_private_dir(runtime_root / key, what="guardian runtime dir"),
-        state=ensure_private_dir(state_root / "guardians" / key, what="guardian state dir"),
+        state=ensure_private_dir(
+            ensure_private_dir(state_root / "guardians", what="guardians state dir", repair=True) / key,
+            what="guardian state dir"),
     )
     if len(str(paths.socket).encode()) > MAX_IPC_PATH_BYTES:
         raise TetherError(

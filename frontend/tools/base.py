@@ -12,7 +12,7 @@ import mcp_types as types
 from pydantic import BaseModel
 
 from tether.frontend.guardians import GuardianLocator
-from tether.shared.paths import canonical_workspace
+from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -24,9 +24,13 @@ class Session:
     locator: GuardianLocator
     principal: str
 
+    def workspace(self, workspace_root: str) -> str:
+        """The canonical workspace root, refused when it is too broad (before anything starts)."""
+        return refuse_broad_workspace(canonical_workspace(workspace_root), self.locator.config)
+
     def scope(self, thread_id: str, workspace_root: str) -> tuple[str, dict[str, Any]]:
         """Canonical workspace and the scope params every thread-scoped RPC carries."""
-        root = canonical_workspace(workspace_root)
+        root = self.workspace(workspace_root)
         return root, {"principal": self.principal, "workspace_root": root, "thread_id": thread_id}
 
     @staticmethod

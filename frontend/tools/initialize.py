@@ -9,7 +9,6 @@ import mcp_types as types
 from tether.frontend import results
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
-from tether.shared.paths import canonical_workspace
 
 RPC_TIMEOUT_S = 15.0
 
@@ -28,7 +27,7 @@ class InitializeTool(Tool):
     async def run(
         self, session: Session, args: InitializeArgs, progress: Progress
     ) -> types.CallToolResult:
-        root = canonical_workspace(args.workspace_root)
+        root = session.workspace(args.workspace_root)
         locator = session.locator
         if args.type == "reset_shell":
             if args.thread_id is None:

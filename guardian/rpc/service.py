@@ -35,6 +35,7 @@ from tether.protocol.methods import (
     ResetShellParams,
     ShutdownParams,
     ThreadOpenParams,
+    validation_error,
 )
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
@@ -148,7 +149,7 @@ class GuardianService:
         try:
             return model.model_validate(request.params)
         except ValidationError as exc:
-            raise TetherError(ErrorCode.INVALID_REQUEST, _validation_message(exc)) from None
+            raise validation_error(exc, "params") from None
 
     def _remaining_s(self, request: Request) -> float:
         return max(0.0, request.deadline_unix_ms / 1000 - self.clock.now_ms() / 1000 - REPLY_MARGIN_S)
@@ -284,12 +285,3 @@ def _fingerprint(method: str, params: BaseModel) -> str:
     data = params.model_dump(mode="json", exclude={"wait_ms"})
     blob = json.dumps([method, data], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:5]:
-        where = ".".join(str(p) for p in error["loc"]) or "params"
-        parts.append(f"{where}: {error['msg']}")
-    return "invalid params: " + "; ".join(parts)
-
