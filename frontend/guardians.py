@@ -200,7 +200,7 @@ class GuardianLocator:
             if info is not None and paths.catalog.exists():
                 catalog = Catalog(paths.catalog)
                 try:
-                    lost = reconcile_lost(catalog, owner=str(info.get("instance_id")))
+                    lost = reconcile_lost(catalog, paths.journals, owner=str(info.get("instance_id")))
                 finally:
                     catalog.close()
                 paths.info.unlink(missing_ok=True)

@@ -4,16 +4,22 @@ their guardian are reported, never adopted."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tether.shared.catalog import Catalog
 from tether.shared.identity import ProcessIdentity
+from tether.shared.segments import journal_figures
 
 
 def reconcile_lost(
-    catalog: Catalog, *, owner: str | None = None, except_owner: str | None = None
+    catalog: Catalog, journals: Path, *, owner: str | None = None,
+    except_owner: str | None = None,
 ) -> list[dict[str, Any]]:
     """Mark the lost records; returns ``{execution_id, orphan?}`` for each.
+
+    A running record's output figures lived in the dead guardian's memory: they are taken
+    from the execution's journal files in ``journals`` instead.
 
     An orphan is a runtime process (same pid, create time and boot) still alive although the
     guardian that owned its PTY is gone. It is recorded on the record's ``runtime`` so a
@@ -23,6 +29,10 @@ def reconcile_lost(
     report = []
     for execution_id in ids:
         entry: dict[str, Any] = {"execution_id": execution_id}
+        figures = journal_figures(journals, execution_id)
+        if figures is not None:
+            catalog.update_execution(execution_id, output_start=figures[0],
+                                     output_end=figures[1])
         record = catalog.get_execution(execution_id)
         runtime = record.get("runtime") if record else None
         identity = ProcessIdentity.from_dict(runtime)

@@ -12,17 +12,12 @@ bytes; everything before ``start`` is a gap that readers report, never hide.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_RETAIN_BYTES = 1024 * 1024
+from tether.shared.segments import DEFAULT_RETAIN_BYTES, scan_segments, segment_path, window
+from tether.shared.segments import Segment as _Segment
 
-
-@dataclass(slots=True)
-class _Segment:
-    base: int
-    path: Path
-    size: int
+__all__ = ["DEFAULT_RETAIN_BYTES", "Journal"]
 
 
 class Journal:
@@ -48,7 +43,7 @@ class Journal:
     @property
     def start(self) -> int:
         """Absolute offset of the first retained byte (bytes before it were dropped)."""
-        return max(self._segments[0].base, self.end - self.retain)
+        return window(self._segments, self.retain)[0]
 
     @property
     def retained(self) -> int:
@@ -125,20 +120,11 @@ class Journal:
     # -- files -----------------------------------------------------------------------------
 
     def _segment_path(self, base: int) -> Path:
-        return self.directory / f"{self.execution_id}.{base:016d}.seg"
+        return segment_path(self.directory, self.execution_id, base)
 
     def _new_segment(self, base: int) -> _Segment:
         return _Segment(base, self._segment_path(base), 0)
 
     def _scan(self) -> list[_Segment]:
         """Find existing segments (a journal reopened by a later guardian)."""
-        segments = []
-        for path in self.directory.glob(f"{self.execution_id}.*.seg"):
-            try:
-                base = int(path.name.split(".")[-2])
-                size = path.stat().st_size
-            except (ValueError, OSError):
-                continue
-            segments.append(_Segment(base, path, size))
-        segments.sort(key=lambda s: s.base)
-        return segments
+        return scan_segments(self.directory, self.execution_id)
