@@ -31,6 +31,9 @@ pytestmark = pytest.mark.anyio
 
 MIB = 1024 * 1024
 
+#: Reproductions whose fix has not landed yet (strict: the suite says so once they pass).
+not_fixed_yet = pytest.mark.xfail(strict=True, reason="issue 11: fix not landed yet")
+
 #: The issue's forgery: read the nonce from $PS1, print an end marker (exit 0) and a cwd
 #: marker, then really end 2 s later with exit 1.
 FORGE_FROM_PS1 = (
@@ -52,6 +55,7 @@ FORGE_FROM_SET = (
     # The shell itself stays in the foreground, waiting for a background job.
     (FORGE_FROM_SET, "sleep 2 & wait"),
 ], ids=["ps1", "set", "set-bg-wait"])
+@not_fixed_yet
 async def test_forged_end_marker_changes_nothing(
     client: Client, workspace: Path, forger: str, then: str
 ) -> None:
@@ -75,6 +79,7 @@ async def test_forged_end_marker_changes_nothing(
     assert after["output"].split() == ["0", str(workspace)]
 
 
+@not_fixed_yet
 async def test_nonce_is_not_visible_to_child_processes(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     # What a child process can see: the prompt strings, its environment, the shell's
@@ -89,6 +94,7 @@ async def test_nonce_is_not_visible_to_child_processes(client: Client, workspace
     assert "aid=" not in text, text
 
 
+@not_fixed_yet
 async def test_forged_cwd_marker_changes_no_cwd(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     forged = await run(client, session, "printf '\\033]7;file://x/etc\\007'; sleep 2", wait=0.5)
@@ -148,6 +154,7 @@ def _catalog_rows(catalog: Path, ids: list[str]) -> dict[str, tuple[str, int | N
     return {row[0]: (row[1], row[2]) for row in rows}
 
 
+@not_fixed_yet
 async def test_full_disk_loses_no_exit(
     client: Client, workspace: Path, tether_env: Config, small_state_disk: Path
 ) -> None:
@@ -200,6 +207,7 @@ def _shell_family(thread_id: str) -> list[psutil.Process]:
     return found
 
 
+@not_fixed_yet
 async def test_resets_leave_no_zombies_and_no_survivors(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     guardian = psutil.Process(session["guardian"]["pid"])
@@ -228,6 +236,7 @@ async def test_resets_leave_no_zombies_and_no_survivors(client: Client, workspac
     assert works["output"].strip() == "fresh"
 
 
+@not_fixed_yet
 async def test_reset_reports_a_process_that_escaped_the_session(
     client: Client, workspace: Path
 ) -> None:
@@ -249,6 +258,7 @@ async def test_reset_reports_a_process_that_escaped_the_session(
 # -- output written just before the end ---------------------------------------------------
 
 
+@not_fixed_yet
 async def test_background_output_after_the_leader_exits(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     bg = await bash(client, session, {
@@ -270,20 +280,26 @@ async def test_a_thousand_waits_wake_at_the_exit(client: Client, workspace: Path
     threads = [await initialize(client, workspace) for _ in range(10)]
     late: list[float] = []
 
-    async def one_thread(session: dict[str, Any]) -> None:
-        for i in range(100):
-            started = await run(client, session, f"sleep 0.0{i % 5 + 1}", wait=0)
-            waited = await execution(client, session, {
-                "type": "wait", "execution_ids": [started["execution_id"]],
-                "events": ["exited", "unknown"], "timeout_seconds": 10})
+    async def one_thread(k: int, session: dict[str, Any]) -> None:
+        fifo = workspace / f"go-{k}"
+        os.mkfifo(fifo)
+        for _ in range(100):
+            # The command blocks until the test lets it go, after the wait was sent.
+            started = await run(client, session, f"read -r x < {fifo.name}", wait=0)
+            watch = {"type": "wait", "execution_ids": [started["execution_id"]],
+                     "events": ["exited", "unknown"]}
+            base = await execution(client, session, {**watch, "timeout_seconds": 0})
+            waiting = asyncio.ensure_future(execution(client, session, {
+                **watch, "timeout_seconds": 10, "after": base["data"]["cursor"]}))
+            await asyncio.to_thread(fifo.write_text, "go\n")
+            waited = await waiting
             returned_ms = time.time() * 1000
             assert waited["data"]["outcome"] == "changed", waited
             record = waited["data"]["changed"][0]
             assert (record["status"], record["exit_code"]) == ("exited", 0), record
-            ended = record["ended_unix_ms"]
-            late.append((returned_ms - ended) / 1000)
+            late.append((returned_ms - record["ended_unix_ms"]) / 1000)
 
-    await asyncio.gather(*(one_thread(s) for s in threads))
+    await asyncio.gather(*(one_thread(k, s) for k, s in enumerate(threads)))
     assert len(late) == 1000
     assert max(late) < 1.0, sorted(late)[-5:]
 
