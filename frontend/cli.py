@@ -7,9 +7,9 @@ import logging
 import sys
 
 import anyio
-from mcp.server.stdio import stdio_server
 
 from tether.frontend.server import build_server
+from tether.frontend.stdio import stdio_transport
 from tether.protocol.errors import TetherError
 from tether.shared.config import Config
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     async def run() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_transport() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(run)

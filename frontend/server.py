@@ -59,7 +59,7 @@ def build_server(config: Config | None = None, principal: str = "local") -> Serv
                 args = tool.args_model.model_validate(params.arguments or {})
             return await tool.run(session, args, progress)
         except ValidationError as exc:
-            return results.error(validation_error(exc, "arguments"))
+            return results.error(validation_error(exc, "arguments", params.arguments or {}))
         except TetherError as err:
             return results.error(err)
         except ValueError as exc:

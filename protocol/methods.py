@@ -7,7 +7,7 @@ shapes are documented on the guardian handler that produces them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -198,15 +198,35 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
 INSTANCE_OPTIONAL = frozenset({"hello"})
 
 
-def validation_error(exc: ValidationError, what: str) -> TetherError:
+def validation_error(exc: ValidationError, what: str, source: Any = None) -> TetherError:
     """``invalid_request`` for a pydantic failure (front-end arguments or guardian params):
-    the message names each bad field; ``data.field``/``data.offset`` locate unsafe text."""
+    the message names each bad field; ``data.field``/``data.offset`` locate unsafe text.
+    With the validated ``source``, fields are named by their path in it (a tagged union's
+    tag, which pydantic puts in the location, is left out)."""
     parts = []
     data: dict[str, object] = {"input_sent": False}
     for error in exc.errors()[:6]:
-        where = ".".join(str(p) for p in error["loc"]) or what
+        where = _field_path(error["loc"], source) or what
         parts.append(f"{where}: {error['msg']}")
         if error["type"] == UNSAFE_TEXT_ERROR and "field" not in data:
             data["field"] = where
             data["offset"] = (error.get("ctx") or {}).get("offset")
     return TetherError(ErrorCode.INVALID_REQUEST, f"invalid {what}: " + "; ".join(parts), data)
+
+
+def _field_path(loc: tuple[int | str, ...], source: Any) -> str:
+    if source is None:
+        return ".".join(str(p) for p in loc)
+    names: list[str] = []
+    node = source
+    for index, part in enumerate(loc):
+        if isinstance(node, dict) and node.get("type") == part and index < len(loc) - 1:
+            continue  # the tag of a union tagged by "type" (pydantic puts it in the location)
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+        names.append(str(part))
+    return ".".join(names)

@@ -40,13 +40,13 @@ async def test_nul_is_refused_never_dropped(client: Client, workspace: Path) -> 
         session, {"type": "command", "command": f"touch {workspace}/nul\x00byte"}))
     assert refused["code"] == "invalid_request"
     offset = len(f"touch {workspace}/nul")
-    assert refused["data"] == {"input_sent": False, "field": "action_json.command.command",
+    assert refused["data"] == {"input_sent": False, "field": "action_json.command",
                                "offset": offset}
     assert f"offset {offset}" in refused["message"] and "NUL" in refused["message"]
     text = await call_error(client, "BashCommand", _bash_args(
         session, {"type": "send_text", "text": "a\x00b"}))
     assert (text["code"], text["data"]["field"], text["data"]["offset"]) == (
-        "invalid_request", "action_json.send_text.text", 1)
+        "invalid_request", "action_json.text", 1)
     prompt = await call_error(client, "Agent", {
         "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
         "action": "prompt", "target": "ex_x", "prompt_id": "p", "text": "\x00"})

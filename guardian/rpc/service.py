@@ -149,7 +149,7 @@ class GuardianService:
         try:
             return model.model_validate(request.params)
         except ValidationError as exc:
-            raise validation_error(exc, "params") from None
+            raise validation_error(exc, "params", request.params) from None
 
     def _remaining_s(self, request: Request) -> float:
         return max(0.0, request.deadline_unix_ms / 1000 - self.clock.now_ms() / 1000 - REPLY_MARGIN_S)
