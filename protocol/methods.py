@@ -222,7 +222,9 @@ def _field_path(loc: tuple[int | str, ...], source: Any) -> str:
     for index, part in enumerate(loc):
         if isinstance(node, dict) and node.get("type") == part and index < len(loc) - 1:
             continue  # the tag of a union tagged by "type" (pydantic puts it in the location)
-        if (isinstance(node, dict) and part in node) or (isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
+        if isinstance(node, dict) and part in node:  # noqa: SIM114 (each narrows its own type)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         else:
             node = None
