@@ -39,7 +39,8 @@ HELLO_TIMEOUT_S = 3.0
 #: Methods that put nothing into a terminal: safe to retry on a restarted guardian.
 _READ_ONLY = frozenset(
     {"hello", "thread.open", "exec.status", "exec.screen", "exec.list", "exec.get",
-     "exec.read", "exec.observe", "exec.wait", "exec.explain", "exec.wait_turn", "agent.receipt"}
+     "exec.read", "exec.observe", "exec.wait", "exec.explain", "exec.wait_turn", "agent.receipt",
+     "workspace.list", "exec.describe", "exec.stream"}
 )
 
 
@@ -136,6 +137,11 @@ class GuardianLocator:
     def close(self) -> None:
         for root in list(self._handles):
             self.forget(root)
+
+    async def existing(self, paths: GuardianPaths) -> GuardianHandle | None:
+        """The live guardian at ``paths``, handshaken, or None; never starts one (a person
+        looking with ``tether ls`` must not change what runs)."""
+        return await self._attach(paths)
 
     # -- connecting ------------------------------------------------------------------------
 

@@ -167,6 +167,50 @@ class AgentReceiptParams(Scoped):
     timeout_ms: int = Field(default=0, ge=0, le=MAX_PROMPT_WAIT_MS)
 
 
+class WorkspaceScoped(Params):
+    """A person's request over a whole workspace (every thread), from the guardian's own user
+    holding its token: ``tether ls``, ``show``, ``tail``, ``attach``."""
+
+    principal: str = Field(min_length=1, max_length=128)
+    workspace_root: str = Field(min_length=1, max_length=4096)
+
+
+MAX_WORKSPACE_LIST = 1000
+MAX_STREAM_BYTES = 1024 * 1024
+MAX_STREAM_WAIT_MS = 30_000
+
+
+class WorkspaceListParams(WorkspaceScoped):
+    limit: int = Field(default=50, ge=1, le=MAX_WORKSPACE_LIST)
+
+
+class ExecDescribeParams(WorkspaceScoped):
+    execution_id: ExecutionId
+
+
+class ExecStreamParams(WorkspaceScoped):
+    """Raw output from ``offset`` (default: the first retained byte), waiting up to
+    ``timeout_ms`` for some when there is none yet; or, with ``screen``, the current screen
+    and the offset it corresponds to."""
+
+    execution_id: ExecutionId
+    offset: int | None = Field(default=None, ge=0)
+    max_bytes: int = Field(default=256 * 1024, ge=1, le=MAX_STREAM_BYTES)
+    timeout_ms: int = Field(default=0, ge=0, le=MAX_STREAM_WAIT_MS)
+    screen: bool = False
+
+
+class PersonInputParams(WorkspaceScoped):
+    """Bytes a person typed into ``tether attach --write``, delivered raw."""
+
+    # The idempotency fingerprint dumps params as JSON: raw keystrokes need not be UTF-8.
+    model_config = ConfigDict(extra="ignore", frozen=True, ser_json_bytes="base64")
+    execution_id: ExecutionId
+    data: bytes = Field(min_length=1, max_length=MAX_TEXT_BYTES)
+    attach_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    idempotency_key: IdempotencyKey
+
+
 class ShutdownParams(Params):
     reason: str = Field(default="requested", max_length=200)
     dry_run: bool = False  # only report what stopping would end
@@ -191,6 +235,10 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
     "exec.wait_turn": (ExecWaitTurnParams, Capability.RECOGNITION),
     "agent.prompt": (AgentPromptParams, Capability.PROMPT_RECEIPTS),
     "agent.receipt": (AgentReceiptParams, Capability.PROMPT_RECEIPTS),
+    "workspace.list": (WorkspaceListParams, Capability.PERSON_VIEW),
+    "exec.describe": (ExecDescribeParams, Capability.PERSON_VIEW),
+    "exec.stream": (ExecStreamParams, Capability.PERSON_VIEW),
+    "person.input": (PersonInputParams, Capability.PERSON_VIEW),
 }
 
 #: Methods that may be sent without naming a guardian instance: they have no side effects

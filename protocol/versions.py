@@ -21,6 +21,9 @@ class Capability(StrEnum):
     WAIT = "wait"
     RECOGNITION = "recognition"
     PROMPT_RECEIPTS = "prompt_receipts"
+    #: A person's view of a whole workspace: listing, describing, streaming raw output and
+    #: typing from ``tether attach --write`` (recorded as an event, never the keystrokes).
+    PERSON_VIEW = "person_view"
 
 
 class Version(NamedTuple):
@@ -48,6 +51,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     0: frozenset({Capability.EXEC, Capability.SCREEN}),
     1: frozenset({Capability.OBSERVE, Capability.WAIT}),
     2: frozenset({Capability.RECOGNITION, Capability.PROMPT_RECEIPTS}),
+    3: frozenset({Capability.PERSON_VIEW}),
 }
 
 

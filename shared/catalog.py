@@ -77,6 +77,14 @@ CREATE TABLE IF NOT EXISTS receipts (
     created_unix_ms INTEGER NOT NULL,
     PRIMARY KEY (execution_id, prompt_id)
 );
+CREATE TABLE IF NOT EXISTS person_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    attach_id TEXT NOT NULL,
+    at_unix_ms INTEGER NOT NULL,
+    UNIQUE (execution_id, kind, attach_id)
+);
 CREATE TABLE IF NOT EXISTS idempotency (
     principal TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -249,6 +257,21 @@ class Catalog:
         rows = self._db.execute(query + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
         return [_decode_row(row) for row in rows]
 
+    def list_threads(self) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT * FROM threads ORDER BY created_unix_ms").fetchall()
+        return [dict(row) for row in rows]
+
+    def list_workspace_executions(self, limit: int) -> list[dict[str, Any]]:
+        """Every thread's records, newest first (a person's ``tether ls``)."""
+        rows = self._db.execute(
+            "SELECT * FROM executions ORDER BY seq DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [_decode_row(row) for row in rows]
+
+    def count_executions(self) -> dict[str, int]:
+        rows = self._db.execute("SELECT status, count(*) FROM executions GROUP BY status").fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
+
     def running_executions(self) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT * FROM executions WHERE status = 'running'").fetchall()
         return [_decode_row(row) for row in rows]
@@ -297,9 +320,10 @@ class Catalog:
             self._db.execute(
                 f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
             )
-            self._db.execute(
-                f"DELETE FROM receipts WHERE execution_id IN ({marks})", list(execution_ids)
-            )
+            for table in ("receipts", "person_events"):
+                self._db.execute(
+                    f"DELETE FROM {table} WHERE execution_id IN ({marks})", list(execution_ids)
+                )
             self._bump()
 
     def thread_records_for_pruning(self, thread_id: str) -> list[dict[str, Any]]:
@@ -338,6 +362,45 @@ class Catalog:
             (execution_id, prompt_id, generation, payload_sha256, json.dumps(receipt),
              self.clock.now_ms()),
         )
+
+    def list_receipts(self, execution_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT receipt FROM receipts WHERE execution_id = ? ORDER BY created_unix_ms",
+            (execution_id,),
+        ).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    # -- events a person caused, and the agents' own events ------------------------------
+
+    def add_person_event(self, execution_id: str, kind: str, attach_id: str) -> bool:
+        """Record once per attach session that a person did ``kind``; True when new."""
+        cursor = self._db.execute(
+            "INSERT OR IGNORE INTO person_events (execution_id, kind, attach_id, at_unix_ms)"
+            " VALUES (?, ?, ?, ?)",
+            (execution_id, kind, attach_id, self.clock.now_ms()),
+        )
+        return cursor.rowcount > 0
+
+    def person_events(self, execution_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT seq, kind, attach_id, at_unix_ms FROM person_events WHERE execution_id = ?"
+            " ORDER BY seq",
+            (execution_id,),
+        ).fetchall()
+        return [dict(row) for row in rows]
+
+    def agent_events(self, execution_id: str) -> list[dict[str, Any]]:
+        """Rows of the managed-agent event table (R23) for one execution, whatever its
+        columns; empty when this catalog has no such table yet."""
+        exists = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agent_events'"
+        ).fetchone()
+        if exists is None:
+            return []
+        rows = self._db.execute(
+            "SELECT * FROM agent_events WHERE execution_id = ? ORDER BY rowid", (execution_id,)
+        ).fetchall()
+        return [dict(row) for row in rows]
 
     # -- idempotency ---------------------------------------------------------------------
 

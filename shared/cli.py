@@ -14,6 +14,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tether.frontend.cli", "run the MCP server (stdio)"),
     "guardian": ("tether.guardian.cli", "run a guardian in the foreground"),
     "guardians": ("tether.frontend.admin", "list, inspect, stop or restart guardians"),
+    "ls": ("tether.frontend.person.ls", "guardians, threads and executions as a table"),
+    "show": ("tether.frontend.person.show", "one execution: record, recognition, receipts, events"),
+    "tail": ("tether.frontend.person.tail", "an execution's retained output; -f follows it"),
+    "attach": ("tether.frontend.person.attach", "watch (or with --write, type into) a terminal"),
+    "doctor": ("tether.frontend.person.doctor", "check versions, dirs, guardians and logs"),
     "report": ("tether.frontend.person.report", "summarise a usage log (TETHER_USAGE_LOG)"),
 }
 

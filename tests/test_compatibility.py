@@ -17,12 +17,14 @@ from tests.helpers import start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, run
 from tether.frontend.server import build_server
 from tether.protocol import codec
+from tether.protocol.versions import known_minor_versions
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import guardian_paths, write_private_file
 
 pytestmark = pytest.mark.anyio
 
+LATEST = str(known_minor_versions()[-1])
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
 
 
@@ -31,7 +33,7 @@ async def test_front_end_against_each_guardian_version(
     protocol: str | None, tether_env: Config, workspace: Path, tmp_path: Path,
 ) -> None:
     info = start_guardian(workspace, tether_env, protocol)
-    expected = protocol or "1.2"
+    expected = protocol or LATEST
     assert info["protocol"] == expected
     async with Client(build_server(tether_env)) as client:
         session = await initialize(client, workspace)
@@ -128,7 +130,7 @@ async def test_major_2_guardian_is_refused(tether_env: Config, workspace: Path) 
         async with Client(build_server(tether_env)) as client:
             refused = await call_error(client, "Initialize", {"workspace_root": str(workspace)})
         assert refused["code"] == "protocol_mismatch"
-        assert "2.0" in refused["message"] and "1.0-1.2" in refused["message"]
+        assert "2.0" in refused["message"] and f"1.0-{LATEST}" in refused["message"]
     finally:
         thread.join()
         router.close(0)
@@ -148,6 +150,6 @@ async def test_guardians_restart_says_what_it_ends(tether_env: Config, workspace
     done = subprocess.run([tether, "guardians", "restart", "--workspace", str(workspace), "--yes"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "protocol 1.2" in done.stdout
+    assert f"protocol {LATEST}" in done.stdout
     listed = subprocess.run([tether, "guardians", "list"], capture_output=True, text=True, timeout=30)
-    assert "protocol 1.2" in listed.stdout and "alive" in listed.stdout
+    assert f"protocol {LATEST}" in listed.stdout and "alive" in listed.stdout

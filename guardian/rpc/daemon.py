@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 #: Capabilities this build implements. The advertised version is derived from it.
 IMPLEMENTED = frozenset({
     Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT,
-    Capability.RECOGNITION, Capability.PROMPT_RECEIPTS,
+    Capability.RECOGNITION, Capability.PROMPT_RECEIPTS, Capability.PERSON_VIEW,
 })
 
 #: Exit code when another guardian already serves this key (not an error for a racer).

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
 from tether.guardian.history.inspection import Inspector
+from tether.guardian.history.person import PersonDesk
 from tether.guardian.history.reads import History
 from tether.guardian.runtime.executions import ExecutionManager
 from tether.protocol import codec
@@ -83,7 +84,8 @@ class GuardianService:
             "exec.input": self.exec_input,
         }
         inspector = Inspector(manager)
-        for side in (inspector, History(manager, inspector), Turns(manager), PromptDesk(manager)):
+        for side in (inspector, History(manager, inspector), Turns(manager), PromptDesk(manager),
+                     PersonDesk(manager, self._idempotent)):
             self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
         assert not missing, f"methods without handlers: {missing}"

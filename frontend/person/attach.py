@@ -1,0 +1,308 @@
+"""``tether attach ID [--write]``: a live mirror of an execution's terminal, like tmux attach.
+
+It paints the execution's current screen (cursor included) from ``exec.stream`` with
+``screen``, then writes the raw output that follows that screen as it arrives, in large
+long-polled chunks (so it keeps up with a program printing 10 MB/s). It repaints when either
+side changes size or when retention dropped bytes it had not shown yet (a mirror cannot draw
+what it never saw), and says so when the sizes differ. With more rows than the execution, the
+last row is a status line, kept out of the mirror's way with a scroll region.
+
+Read-only by default: keystrokes go nowhere. ``--write`` forwards them raw
+(``person.input``), and the guardian records on the execution that a person typed. The detach
+key (Ctrl-\\ by default) leaves the program running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import sys
+import termios
+import tty
+from dataclasses import dataclass
+from typing import Any
+
+from tether.frontend.person.connect import Found, find_execution, guardians, run_cli
+from tether.frontend.person.term import Progress, width
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import MAX_STREAM_BYTES, MAX_TEXT_BYTES
+from tether.shared.config import Config
+
+FOLLOW_WAIT_MS = 10_000
+DEFAULT_DETACH = "ctrl-\\"
+
+
+def parse_detach_key(text: str) -> int:
+    """``ctrl-\\``, ``ctrl-]``, ``ctrl-q``, ... -> the byte the terminal sends."""
+    name = text.lower().removeprefix("ctrl-").removeprefix("c-").removeprefix("^")
+    if len(name) == 1 and ("a" <= name <= "z" or name in "[\\]^_"):
+        return ord(name.upper()) - 64
+    raise ValueError(f"detach key must look like ctrl-\\ or ctrl-q, got {text!r}")
+
+
+def key_name(byte: int) -> str:
+    return f"Ctrl-{chr(byte + 64)}"
+
+
+@dataclass
+class Size:
+    rows: int
+    cols: int
+
+    def __str__(self) -> str:
+        return f"{self.rows}x{self.cols}"
+
+
+def terminal_size(fd: int) -> Size:
+    try:
+        size = os.get_terminal_size(fd)
+        return Size(size.lines, size.columns)
+    except OSError:
+        return Size(24, 80)
+
+
+def _cut(line: str, cols: int) -> str:
+    """``line`` cut to ``cols`` display cells (no ellipsis: this is a picture of a screen)."""
+    if width(line) <= cols:
+        return line
+    out, used = [], 0
+    for ch in line:
+        w = max(width(ch), 0)
+        if used + w > cols:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out)
+
+
+def paint(screen: dict[str, Any], person: Size, status: str) -> bytes:
+    """Clear the person's terminal and draw the execution's screen, cursor last.
+
+    With more rows than the execution, the last row shows ``status`` and a scroll region keeps
+    the mirror's scrolling above it; otherwise the bottom of the screen is drawn and the
+    status goes to the window title only.
+    """
+    rows = int(screen["rows"])
+    lines = list(screen["lines"])[:rows]
+    parts = ["\x1b[0m\x1b[r\x1b[H\x1b[2J", f"\x1b]2;{status}\x07"]
+    if person.rows > rows:
+        # DECSTBM homes the cursor: set it before anything is drawn.
+        parts.append(f"\x1b[1;{rows}r")
+        parts.append(f"\x1b[{person.rows};1H\x1b[7m{_cut(status, person.cols)}\x1b[0m")
+    row, col = screen.get("cursor_row"), screen.get("cursor_col")
+    # A smaller terminal shows the rows down to the cursor (or to the last text).
+    bottom = row if isinstance(row, int) else max(
+        (i for i, line in enumerate(lines) if line.strip()), default=0)
+    shift = max(0, bottom - person.rows + 1)
+    for i, line in enumerate(lines[shift:shift + person.rows]):
+        parts.append(f"\x1b[{i + 1};1H{_cut(line, person.cols)}")
+    if isinstance(row, int) and isinstance(col, int) and 0 <= row - shift < person.rows:
+        parts.append(f"\x1b[{row - shift + 1};{min(col, person.cols - 1) + 1}H")
+    else:
+        parts.append(f"\x1b[{max(1, min(bottom - shift + 2, person.rows))};1H")
+    return "".join(parts).encode()
+
+
+class Attach:
+    """One attach session: paint, mirror, forward keys (``--write``), detach."""
+
+    def __init__(self, entry: Found, execution_id: str, *, write: bool, detach_key: int,
+                 in_fd: int, out_fd: int) -> None:
+        self.entry = entry
+        self.execution_id = execution_id
+        self.write = write
+        self.detach_key = detach_key
+        self.in_fd = in_fd
+        self.out_fd = out_fd
+        self.attach_id = secrets.token_hex(8)
+        self.offset = 0
+        self.epoch = 0  # bumped by every repaint: output fetched before it is stale
+        self.exec_size = Size(0, 0)
+        self.detached = asyncio.Event()
+        self.typed: asyncio.Queue[bytes] = asyncio.Queue()
+        self.final: dict[str, Any] | None = None
+        self.error: TetherError | None = None
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _out(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.out_fd, view):]
+            except BlockingIOError:
+                continue
+
+    def _status(self) -> str:
+        mode = "typing goes to the program" if self.write else "read-only"
+        person = terminal_size(self.out_fd)
+        text = (f"tether: attached to {self.execution_id} ({mode}); "
+                f"{key_name(self.detach_key)} detaches")
+        if (person.rows, person.cols) != (self.exec_size.rows, self.exec_size.cols):
+            text += f" | sizes differ: execution {self.exec_size}, this terminal {person}"
+        return text
+
+    async def repaint(self) -> dict[str, Any]:
+        got = await self.entry.call("exec.stream", {"execution_id": self.execution_id,
+                                                    "screen": True})
+        self.epoch += 1
+        screen = got["screen"]
+        self.exec_size = Size(int(screen["rows"]), int(screen["cols"]))
+        self._out(paint(screen, terminal_size(self.out_fd), self._status()))
+        self.offset = int(got["end"])
+        return dict(got)
+
+    async def mirror(self) -> None:
+        first = await self.repaint()
+        if first["status"] != "running" or not first["live"]:
+            self.final = first
+            return
+        while not self.detached.is_set():
+            epoch = self.epoch
+            got = await self.entry.call("exec.stream", {
+                "execution_id": self.execution_id, "offset": self.offset,
+                "max_bytes": MAX_STREAM_BYTES, "timeout_ms": FOLLOW_WAIT_MS},
+                timeout_s=FOLLOW_WAIT_MS / 1000 + 10)
+            if epoch != self.epoch:
+                continue  # a repaint happened meanwhile: these bytes are already drawn
+            if (int(got["rows"]), int(got["cols"])) != (self.exec_size.rows, self.exec_size.cols) \
+                    or got["gap"]:
+                await self.repaint()  # resized, or we fell behind retention
+                continue
+            if got["data"]:
+                self._out(got["data"])
+            self.offset = int(got["end"])
+            if self.offset >= got["journal_end"] and got["status"] != "running":
+                self.final = dict(got)
+                return
+
+    # -- input -----------------------------------------------------------------------------
+
+    def _on_input(self) -> None:
+        try:
+            data = os.read(self.in_fd, 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # stdin closed: keep watching, stop listening
+            asyncio.get_running_loop().remove_reader(self.in_fd)
+            return
+        cut = data.find(bytes([self.detach_key]))
+        if cut >= 0:
+            data = data[:cut]
+        if data and self.write:
+            self.typed.put_nowait(data)
+        if cut >= 0:
+            self.detached.set()
+
+    async def send_typed(self) -> None:
+        while True:
+            data = await self.typed.get()
+            while not self.typed.empty() and len(data) < MAX_TEXT_BYTES // 2:
+                data += self.typed.get_nowait()
+            for start in range(0, len(data), MAX_TEXT_BYTES):
+                await self.entry.call("person.input", {
+                    "execution_id": self.execution_id, "data": data[start:start + MAX_TEXT_BYTES],
+                    "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
+
+    # -- the session -----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.in_fd, self._on_input)
+        loop.add_signal_handler(signal.SIGWINCH, self._on_winch)
+        tasks = [loop.create_task(self.mirror()), loop.create_task(self.send_typed()),
+                 loop.create_task(self.detached.wait())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            if tasks[0] in done and not self.typed.empty():
+                # The program ended: what the person typed just before can still be sent.
+                with contextlib.suppress(TetherError):
+                    await asyncio.wait_for(self._drain_typed(), 2)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            loop.remove_signal_handler(signal.SIGWINCH)
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(self.in_fd)
+        return 0
+
+    async def _drain_typed(self) -> None:
+        while not self.typed.empty():
+            await self.entry.call("person.input", {
+                "execution_id": self.execution_id, "data": self.typed.get_nowait(),
+                "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
+
+    def _on_winch(self) -> None:
+        asyncio.get_running_loop().create_task(self.repaint())
+
+    def farewell(self) -> bytes:
+        if self.detached.is_set() or self.final is None:
+            what = f"detached from {self.execution_id}; it keeps running"
+        else:
+            code = self.final.get("exit_code")
+            what = f"{self.execution_id} {self.final['status']}" + (
+                f" with exit code {code}" if code is not None else "") + (
+                f" ({self.final['reason']})" if self.final.get("reason") else "")
+        return f"\x1b[0m\x1b[r\x1b[{terminal_size(self.out_fd).rows};1H\r\n[tether: {what}]\r\n" \
+            .encode()
+
+
+@contextlib.contextmanager
+def raw_mode(fd: int) -> Any:
+    """The person's terminal in raw mode (so the detach key is a byte, not SIGQUIT)."""
+    if not os.isatty(fd):
+        yield
+        return
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether attach", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("execution_id", metavar="ID")
+    parser.add_argument("--write", action="store_true",
+                        help="forward keystrokes to the program (recorded as a person event)")
+    parser.add_argument("--detach-key", default=DEFAULT_DETACH,
+                        help="key that detaches (default ctrl-\\)")
+    parser.add_argument("--workspace", help="look only in this workspace's guardian")
+    args = parser.parse_args(argv)
+    try:
+        detach = parse_detach_key(args.detach_key)
+    except ValueError as exc:
+        parser.error(str(exc))
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+
+    async def body() -> int:
+        async with guardians(Config.from_env(), args.workspace) as found:
+            with Progress(f"looking for {args.execution_id}"):
+                entry, described = await find_execution(found, args.execution_id)
+            if args.write and not described["live"]:
+                raise TetherError(ErrorCode.NOT_RUNNING,
+                                  f"{args.execution_id} is {described['execution']['status']}; "
+                                  "there is nothing to type into", {"input_sent": False})
+            session = Attach(entry, args.execution_id, write=args.write, detach_key=detach,
+                             in_fd=in_fd, out_fd=out_fd)
+            sys.stdout.flush()
+            with raw_mode(in_fd):
+                try:
+                    await session.run()
+                finally:
+                    session._out(session.farewell())
+        return 0
+
+    return run_cli("tether attach", body)

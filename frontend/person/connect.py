@@ -1,0 +1,139 @@
+"""Finding guardians and executions for a person's commands, without starting anything."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.frontend.guardians import GuardianHandle, GuardianLocator
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.versions import Capability
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import GuardianPaths, canonical_workspace, ensure_private_dir
+
+RPC_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Found:
+    """One guardian.json and what became of connecting to it."""
+
+    info: dict[str, Any]
+    paths: GuardianPaths
+    alive: bool
+    handle: GuardianHandle | None = None
+    error: TetherError | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def workspace(self) -> str:
+        return str(self.info.get("workspace_root") or "?")
+
+    def scope(self) -> dict[str, Any]:
+        return {"principal": self.info.get("principal") or "local",
+                "workspace_root": self.info.get("workspace_root")}
+
+    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = RPC_TIMEOUT_S
+                   ) -> Any:
+        if self.handle is None:
+            raise self.error or TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
+                                            f"the guardian of {self.workspace} is not running")
+        self.handle.require(Capability.PERSON_VIEW)
+        return await self.handle.call(method, {**self.scope(), **params}, timeout_s=timeout_s)
+
+
+def announced(config: Config) -> list[tuple[Path, dict[str, Any] | None]]:
+    """Every ``guardian.json`` under the runtime dir (None for an unreadable one)."""
+    found: list[tuple[Path, dict[str, Any] | None]] = []
+    if not config.runtime_dir.is_dir():
+        return found
+    for path in sorted(config.runtime_dir.glob("*/guardian.json")):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            found.append((path, None))
+            continue
+        found.append((path, info if isinstance(info, dict) else None))
+    return found
+
+
+def _paths(config: Config, info_path: Path) -> GuardianPaths:
+    key = info_path.parent.name
+    return GuardianPaths(key=key, runtime=info_path.parent,
+                         state=config.state_home / "guardians" / key)
+
+
+@asynccontextmanager
+async def guardians(config: Config, workspace: str | None = None) -> AsyncIterator[list[Found]]:
+    """Connect to every live guardian (of ``workspace`` only, when given); close on exit."""
+    ensure_private_dir(config.runtime_dir, what="runtime dir")  # refuse an unsafe dir (R1)
+    root = canonical_workspace(workspace) if workspace else None
+    locator = GuardianLocator(config)
+    found: list[Found] = []
+    for path, info in announced(config):
+        if info is None or (root is not None and info.get("workspace_root") != root):
+            continue
+        ident = ProcessIdentity.from_dict(info)
+        found.append(Found(info=info, paths=_paths(config, path),
+                           alive=bool(ident and ident.alive())))
+
+    async def connect(entry: Found) -> None:
+        if not entry.alive:
+            return
+        try:
+            entry.handle = await locator.existing(entry.paths)
+        except TetherError as err:
+            entry.error = err
+            return
+        if entry.handle is None:
+            entry.error = TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
+                                      f"the guardian of {entry.workspace} did not answer")
+
+    try:
+        await asyncio.gather(*(connect(entry) for entry in found))
+        yield found
+    finally:
+        for entry in found:
+            if entry.handle is not None:
+                entry.handle.client.close()
+
+
+async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, dict[str, Any]]:
+    """The guardian holding ``execution_id`` and its ``exec.describe``; ``not_found`` if none."""
+    missing: list[str] = []
+    for entry in found:
+        if entry.handle is None:
+            continue
+        if Capability.PERSON_VIEW not in entry.handle.capabilities:
+            missing.append(f"{entry.workspace} (protocol {entry.handle.version})")
+            continue
+        try:
+            return entry, await entry.call("exec.describe", {"execution_id": execution_id})
+        except TetherError as err:
+            if err.code != ErrorCode.NOT_FOUND:
+                raise
+    hint = ""
+    if missing:
+        hint = (f"; guardians too old to look into (no person_view): {', '.join(missing)} — "
+                "`tether guardians restart --workspace <root>` upgrades one (ending its terminals)")
+    raise TetherError(ErrorCode.NOT_FOUND,
+                      f"no running guardian holds execution {execution_id!r}{hint}")
+
+
+def run_cli(prog: str, body: Callable[[], Any]) -> int:
+    """Run an async command body; a TetherError becomes one line on stderr and exit 2."""
+    try:
+        result = asyncio.run(body())
+    except TetherError as err:
+        print(f"{prog}: {err.message} [{err.code.value}]", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return int(result or 0)

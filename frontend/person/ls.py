@@ -1,0 +1,148 @@
+"""``tether ls``: guardians, their threads and executions, as tables (or ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from tether.frontend.person.connect import Found, guardians, run_cli
+from tether.frontend.person.term import Progress, table
+from tether.protocol.errors import TetherError
+from tether.protocol.methods import MAX_WORKSPACE_LIST
+from tether.shared.config import Config
+
+DEFAULT_LIMIT = 20
+
+
+def age(ms: float | None, now_ms: float) -> str:
+    """A short human age: 42s, 5m, 3h, 2d."""
+    if not isinstance(ms, int | float):
+        return "-"
+    seconds = max(0.0, (now_ms - ms) / 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def state_of(record: dict[str, Any]) -> str:
+    state = str(record.get("status"))
+    if record.get("agent_state"):
+        state += f"/{record['agent_state']}"
+    if record.get("status") == "unknown" and record.get("reason"):
+        state += f" ({record['reason']})"
+    return state
+
+
+def what_of(record: dict[str, Any]) -> str:
+    """The agent's title when it has one, else the command line."""
+    return str(record.get("title") or record.get("command") or "")
+
+
+def guardian_facts(entry: Found, now_ms: float) -> dict[str, Any]:
+    info = entry.info
+    facts: dict[str, Any] = {
+        "workspace_root": info.get("workspace_root"), "principal": info.get("principal"),
+        "pid": info.get("pid"), "protocol": info.get("protocol"),
+        "instance_id": info.get("instance_id"), "alive": entry.alive,
+        "started_unix_ms": info.get("started_unix_ms"), "rss_bytes": None,
+    }
+    if entry.handle is not None:
+        facts["protocol"] = str(entry.handle.version)
+        facts["capabilities"] = sorted(entry.handle.capabilities)
+    if entry.alive:
+        with contextlib.suppress(psutil.Error, KeyError, ValueError):
+            facts["rss_bytes"] = psutil.Process(int(info["pid"])).memory_info().rss
+    return facts
+
+
+async def collect(config: Config, workspace: str | None, limit: int) -> list[dict[str, Any]]:
+    out = []
+    async with guardians(config, workspace) as found:
+        for entry in found:
+            item: dict[str, Any] = {"guardian": guardian_facts(entry, time.time() * 1000)}
+            if not entry.alive:
+                item["error"] = {"code": "guardian_gone",
+                                 "message": "guardian.json names a process that is gone; "
+                                            "`tether doctor` says how to clear it"}
+            else:
+                try:
+                    listing = await entry.call("workspace.list", {"limit": limit})
+                    item.update(threads=listing["threads"], executions=listing["executions"],
+                                counts=listing["counts"])
+                except TetherError as err:
+                    item["error"] = err.to_wire()
+            out.append(item)
+    return out
+
+
+def _shell(thread: dict[str, Any]) -> str:
+    if not thread["shell_alive"]:
+        return "no shell"
+    return "shell busy" if thread["shell_busy"] else "shell idle"
+
+
+def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
+    if not items:
+        return "no guardians (a guardian starts with the first MCP call for a workspace)"
+    blocks = []
+    for item in items:
+        g = item["guardian"]
+        rss = f"{g['rss_bytes'] / 1e6:.0f} MB" if g.get("rss_bytes") else "-"
+        head = (f"{g['workspace_root']}  pid {g['pid']}  protocol {g['protocol']}  "
+                f"up {age(g.get('started_unix_ms'), now_ms)}  rss {rss}")
+        if not g["alive"]:
+            head = f"{g['workspace_root']}  pid {g['pid']}  GONE"
+        lines = [head]
+        if "error" in item:
+            lines.append(f"  {item['error']['message']}")
+        else:
+            threads = item["threads"]
+            counts = item.get("counts", {})
+            shells = ", ".join(f"{t['thread_id']} ({_shell(t)})" for t in threads)
+            records = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+            lines.append(f"  threads {len(threads)}: {shells}  records {records}")
+            rows = [[r["execution_id"], r["kind"], state_of(r),
+                     "-" if r.get("exit_code") is None else str(r["exit_code"]),
+                     age(r.get("started_unix_ms"), now_ms), r["thread_id"], what_of(r)]
+                    for r in item["executions"]]
+            if rows:
+                body = table(["ID", "KIND", "STATE", "EXIT", "AGE", "THREAD", "COMMAND"], rows,
+                             max_width=width - 2)
+                lines += ["  " + line for line in body.splitlines()]
+            else:
+                lines.append("  no executions")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether ls", description=__doc__)
+    parser.add_argument("--workspace", help="only this workspace's guardian")
+    parser.add_argument("--all", action="store_true",
+                        help=f"every retained record (up to {MAX_WORKSPACE_LIST} per guardian), "
+                        f"not only the newest {DEFAULT_LIMIT}")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+
+    async def body() -> int:
+        config = Config.from_env()
+        limit = MAX_WORKSPACE_LIST if args.all else DEFAULT_LIMIT
+        with Progress("asking guardians"):
+            items = await collect(config, args.workspace, limit)
+        if args.json:
+            print(json.dumps(items, indent=2, default=str))
+        else:
+            # Cut long commands to the terminal's width; into a pipe, keep them whole.
+            cols = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100_000
+            print(render(items, time.time() * 1000, cols))
+        return 0
+
+    return run_cli("tether ls", body)

@@ -1,0 +1,90 @@
+"""``tether show ID``: one execution's whole record, recognition, receipts and events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from tether.frontend.person.connect import find_execution, guardians, run_cli
+from tether.frontend.person.ls import age
+from tether.frontend.person.term import Progress
+from tether.shared.config import Config
+
+#: Record fields shown first, in this order; the rest follow alphabetically.
+LEADING = ("execution_id", "kind", "status", "exit_code", "reason", "command", "title", "cwd",
+           "thread_id", "workspace_root", "started_unix_ms", "ended_unix_ms")
+
+
+def _when(ms: Any, now_ms: float) -> str:
+    if not isinstance(ms, int):
+        return str(ms)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    return f"{stamp} ({age(ms, now_ms)} ago)"
+
+
+def render(data: dict[str, Any], now_ms: float) -> str:
+    record = data["execution"]
+    out = []
+    keys = [k for k in LEADING if k in record] + sorted(k for k in record if k not in LEADING)
+    for key in keys:
+        value = record[key]
+        if value is None or value == {} or value == []:
+            continue
+        if key == "screen_text":
+            out.append(f"{key}: {len(str(value).encode())} bytes (`tether tail` / `attach` "
+                       "show the output)")
+        elif key.endswith("_unix_ms"):
+            out.append(f"{key}: {_when(value, now_ms)}")
+        elif isinstance(value, dict | list):
+            out.append(f"{key}: {json.dumps(value, sort_keys=True)}")
+        else:
+            out.append(f"{key}: {value}")
+    out.append(f"live runtime in this guardian: {'yes' if data['live'] else 'no'}")
+    decision = data.get("recognition")
+    if decision:
+        out.append(f"recognition: {decision.get('state')} by {decision.get('recognizer')} "
+                   f"(rule {decision.get('rule')}, priority {decision.get('priority')}, "
+                   f"reason {decision.get('reason')})")
+        observation = data.get("observation") or {}
+        out.append("  observed: " + ", ".join(f"{k} {v}" for k, v in sorted(observation.items())))
+    elif data.get("recognition_error"):
+        out.append(f"recognition: unavailable ({data['recognition_error']['message']})")
+    receipts = data.get("receipts") or []
+    out.append(f"prompt receipts: {len(receipts) or 'none'}")
+    for receipt in receipts:
+        out.append(f"  {receipt.get('prompt_id')}: generation {receipt.get('generation')}, "
+                   f"delivered {receipt.get('delivered')}, activity observed "
+                   f"{receipt.get('activity_observed')}, wait reached "
+                   f"{receipt.get('wait_reached')}")
+    events = data.get("agent_events") or []
+    out.append(f"agent events: {len(events) or 'none'}")
+    for event in events:
+        out.append("  " + ", ".join(f"{k} {v}" for k, v in event.items()))
+    person = data.get("person_events") or []
+    out.append(f"person events: {len(person) or 'none'}")
+    for event in person:
+        out.append(f"  {event['kind']} at {_when(event['at_unix_ms'], now_ms)} "
+                   f"(attach session {event['attach_id']})")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether show", description=__doc__)
+    parser.add_argument("execution_id", metavar="ID")
+    parser.add_argument("--workspace", help="look only in this workspace's guardian")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+
+    async def body() -> int:
+        with Progress(f"looking for {args.execution_id}"):
+            async with guardians(Config.from_env(), args.workspace) as found:
+                entry, data = await find_execution(found, args.execution_id)
+        data["guardian"] = {"workspace_root": entry.workspace,
+                            "instance_id": entry.info.get("instance_id")}
+        print(json.dumps(data, indent=2, default=str) if args.json
+              else render(data, time.time() * 1000))
+        return 0
+
+    return run_cli("tether show", body)

@@ -1,0 +1,215 @@
+"""A person's view of the whole workspace (capability ``person_view``).
+
+``workspace.list`` and ``exec.describe`` see every thread of the workspace (a person at the
+terminal owns them all, unlike an agent's thread-scoped ``Execution`` tool). ``exec.stream``
+hands out raw journal bytes by absolute offset and, when asked, the current screen with the
+offset it corresponds to: that is all ``tether tail -f`` and ``tether attach`` need, over
+plain request/response (R5). ``person.input`` types what a person typed in ``tether attach
+--write`` and records *that* a person typed, once per attach session, never *what*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from tether.guardian.agents.turns import recognize_record
+from tether.guardian.history.journal import Journal
+from tether.protocol.envelope import Request
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import (
+    ExecDescribeParams,
+    ExecStreamParams,
+    PersonInputParams,
+    WorkspaceListParams,
+    WorkspaceScoped,
+)
+
+if TYPE_CHECKING:
+    from tether.guardian.runtime.executions import ExecutionManager
+
+#: How long typing a person's bytes may wait for the program to read its input.
+INPUT_WRITE_TIMEOUT_S = 5.0
+
+Idempotent = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class PersonDesk:
+    """Handlers for a person's commands over one execution manager."""
+
+    def __init__(self, manager: ExecutionManager, idempotent: Idempotent) -> None:
+        self.m = manager
+        self._idempotent = idempotent
+
+    def handlers(self) -> dict[str, Any]:
+        return {"workspace.list": self.list_workspace, "exec.describe": self.describe,
+                "exec.stream": self.stream, "person.input": self.person_input}
+
+    # -- scope -----------------------------------------------------------------------------
+
+    def _check(self, params: WorkspaceScoped) -> None:
+        if (params.principal, params.workspace_root) != (self.m.principal, self.m.workspace_root):
+            raise TetherError(
+                ErrorCode.SESSION_MISMATCH,
+                f"this guardian serves {self.m.workspace_root!r} for principal "
+                f"{self.m.principal!r}, not {params.workspace_root!r} for {params.principal!r}",
+                {"input_sent": False},
+            )
+
+    def _record(self, params: WorkspaceScoped, execution_id: str) -> dict[str, Any]:
+        self._check(params)
+        record = self.m.catalog.get_execution(execution_id)
+        if record is None:
+            raise TetherError(
+                ErrorCode.NOT_FOUND,
+                f"no execution {execution_id!r} in this workspace (it may have been pruned)",
+                {"input_sent": False},
+            )
+        return record
+
+    def _journal(self, execution_id: str) -> Journal:
+        live = self.m.live.get(execution_id)
+        return live.journal if live is not None else Journal(self.m.paths.journals, execution_id)
+
+    # -- listing and describing ------------------------------------------------------------
+
+    async def list_workspace(self, request: Request, params: WorkspaceListParams) -> dict[str, Any]:
+        """Threads (with their main shells) and the newest records of every thread."""
+        self._check(params)
+        threads = []
+        for thread in self.m.catalog.list_threads():
+            self.m.retention.prune_thread(thread["thread_id"], protect=set(self.m.live))
+            shell = self.m.shells.get(thread["thread_id"])
+            threads.append({**thread, "shell_alive": bool(shell and shell.alive),
+                            "shell_busy": bool(shell and shell.busy)})
+        records = self.m.catalog.list_workspace_executions(params.limit)
+        return {
+            "principal": self.m.principal,
+            "workspace_root": self.m.workspace_root,
+            "threads": threads,
+            "executions": [self.m.view(r) for r in records],
+            "counts": self.m.catalog.count_executions(),
+            "catalog_cursor": self.m.catalog.change_seq(),
+        }
+
+    async def describe(self, request: Request, params: ExecDescribeParams) -> dict[str, Any]:
+        """The whole record, its recognition, receipts, and agent and person events."""
+        record = self._record(params, params.execution_id)
+        live = self.m.live.get(params.execution_id)
+        result: dict[str, Any] = {
+            "execution": self.m.view(record),
+            "thread": self.m.catalog.get_thread(record["thread_id"]),
+            "live": live is not None,
+            "receipts": self.m.catalog.list_receipts(params.execution_id),
+            "agent_events": self.m.catalog.agent_events(params.execution_id),
+            "person_events": self.m.catalog.person_events(params.execution_id),
+        }
+        try:
+            decision, observation = recognize_record(record, live)
+            result["recognition"] = decision.to_dict()
+            result["observation"] = observation
+        except TetherError as err:  # a record naming a recognizer this build does not know
+            result["recognition"] = None
+            result["recognition_error"] = err.to_wire()
+        return result
+
+    # -- streaming -------------------------------------------------------------------------
+
+    async def stream(self, request: Request, params: ExecStreamParams) -> dict[str, Any]:
+        record = self._record(params, params.execution_id)
+        live = self.m.live.get(params.execution_id)
+        journal = live.journal if live is not None else self._journal(params.execution_id)
+        if params.screen:
+            return self._screen(record, live, journal)
+        offset = journal.start if params.offset is None else params.offset
+        if offset > journal.end:
+            raise TetherError(
+                ErrorCode.INVALID_REQUEST,
+                f"offset {offset} is past the end of the output ({journal.end})",
+                {"journal_end": journal.end},
+            )
+        if live is not None and params.timeout_ms > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + params.timeout_ms / 1000
+            while journal.end <= offset and not live.done.is_set() and loop.time() < deadline:
+                await self.m.notifier.wait(deadline - loop.time(), output=True)
+        gap = max(0, journal.start - offset)
+        offset = max(offset, journal.start)
+        data = journal.read(offset, params.max_bytes)
+        record = self.m.catalog.get_execution(params.execution_id) or record
+        still_live = self.m.live.get(params.execution_id)
+        return {
+            **self._figures(record, still_live is not None, journal),
+            "data": data,
+            "start": offset,
+            "end": offset + len(data),
+            "gap": gap,
+            "rows": still_live.runtime.rows if still_live else record["rows"],
+            "cols": still_live.runtime.cols if still_live else record["cols"],
+        }
+
+    def _figures(self, record: dict[str, Any], live: bool, journal: Journal) -> dict[str, Any]:
+        return {
+            "execution_id": record["execution_id"],
+            "status": record["status"],
+            "exit_code": record["exit_code"],
+            "reason": record.get("reason"),
+            "live": live,
+            "journal_start": journal.start,
+            "journal_end": journal.end,
+        }
+
+    def _screen(self, record: dict[str, Any], live: Any, journal: Journal) -> dict[str, Any]:
+        """The screen now and the journal offset it shows (both read without yielding, so
+        the bytes after that offset are exactly what the screen has not drawn yet)."""
+        if live is None:
+            lines = str(record.get("screen_text") or "").split("\n")
+            screen = {"lines": lines, "cursor_row": None, "cursor_col": None,
+                      "rows": record["rows"], "cols": record["cols"], "alternate": False,
+                      "title": ""}
+        else:
+            snap = live.screen.snapshot()
+            screen = {"lines": list(snap.lines), "cursor_row": snap.cursor_row,
+                      "cursor_col": snap.cursor_col, "rows": snap.rows, "cols": snap.cols,
+                      "alternate": snap.alternate, "title": snap.title}
+        end = journal.end
+        return {**self._figures(record, live is not None, journal), "screen": screen,
+                "data": b"", "start": end, "end": end, "gap": 0,
+                "rows": screen["rows"], "cols": screen["cols"]}
+
+    # -- typing ----------------------------------------------------------------------------
+
+    async def person_input(self, request: Request, params: PersonInputParams) -> dict[str, Any]:
+        self._record(params, params.execution_id)
+        return await self._idempotent(params.principal, params.idempotency_key, request, params,
+                                      lambda: self._type(params))
+
+    async def _type(self, params: PersonInputParams) -> dict[str, Any]:
+        live = self.m.live.get(params.execution_id)
+        if live is None:
+            record = self.m.catalog.get_execution(params.execution_id) or {}
+            raise TetherError(
+                ErrorCode.NOT_RUNNING,
+                f"execution {params.execution_id} is {record.get('status')}; nothing was typed",
+                {"input_sent": False},
+            )
+        written = 0
+        try:
+            written = await live.runtime.write(params.data, timeout_s=INPUT_WRITE_TIMEOUT_S)
+        except TimeoutError as exc:
+            written = getattr(exc, "written", 0)
+            raise TetherError(
+                ErrorCode.GUARDIAN_UNAVAILABLE,
+                f"the terminal took only {written} of {len(params.data)} bytes before the deadline",
+                {"input_sent": "partial" if written else False},
+            ) from None
+        except OSError as exc:
+            raise TetherError(ErrorCode.NOT_RUNNING, f"the terminal is gone: {exc}",
+                              {"input_sent": False}) from None
+        finally:
+            if written:
+                # That a person typed, once per attach session: never what they typed.
+                self.m.catalog.add_person_event(params.execution_id, "person_typed",
+                                                params.attach_id)
+        return {"execution_id": params.execution_id, "input_sent": True, "bytes": written}

@@ -1,0 +1,222 @@
+"""A person's commands against a real guardian: ls, show, tail (-f), attach (in a PTY)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.helpers import poll, start_guardian
+from tests.mcp_helpers import bash, execution, initialize, run
+from tests.person_terminal import TETHER, PersonTerminal
+from tether.shared.config import Config
+
+pytestmark = pytest.mark.anyio
+
+ECHO_LINES = Path(__file__).resolve().parent / "programs" / "echo_lines.py"
+GAP = re.compile(r"^\[tether: (\d+) bytes of output were dropped by retention")
+
+
+def tether(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TETHER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+async def _start(client: Client, session: dict[str, Any], command: str) -> str:
+    started = await bash(client, session, {"type": "command", "is_background": True,
+                                           "command": command})
+    return str(started["execution_id"])
+
+
+async def test_ls_lists_running_and_exited(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    done = await run(client, session, "echo finished-here")
+    running = await _start(client, session, "sleep 60")
+    listed = tether("ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [item] = json.loads(listed.stdout)
+    assert item["guardian"]["workspace_root"] == str(workspace)
+    assert item["guardian"]["alive"] and item["guardian"]["rss_bytes"] > 0
+    assert "auth_token" not in listed.stdout
+    states = {r["execution_id"]: (r["status"], r["exit_code"]) for r in item["executions"]}
+    assert states[done["execution_id"]] == ("exited", 0)
+    assert states[running] == ("running", None)
+    text = tether("ls", "--workspace", str(workspace)).stdout
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:] if line.strip()}
+    assert rows[running][1:4] == ["background", "running", "-"]
+    assert rows[done["execution_id"]][1:4] == ["command", "exited", "0"]
+    assert "sleep 60" in text and "echo finished-here" in text
+    other = workspace / "sub"
+    assert json.loads(tether("ls", "--json", "--workspace", str(other)).stdout) == []
+
+
+async def test_ls_and_show_against_an_older_guardian(tether_env: Config, workspace: Path) -> None:
+    start_guardian(workspace, tether_env, "1.2")
+    listed = tether("ls", "--json")
+    [item] = json.loads(listed.stdout)
+    assert item["guardian"]["protocol"] == "1.2"
+    assert item["error"]["code"] == "capability_missing"
+    assert item["error"]["data"]["capability"] == "person_view"
+    shown = tether("show", "ex_whatever")
+    assert shown.returncode == 2 and "too old" in shown.stderr and "1.2" in shown.stderr
+
+
+async def test_show_has_record_recognition_and_events(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    eid = await _start(client, session, "echo show-me; sleep 60")
+    shown = tether("show", eid, "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["execution"]["execution_id"] == eid and data["execution"]["status"] == "running"
+    assert data["live"] is True
+    assert data["recognition"]["recognizer"] == "shell"
+    assert data["receipts"] == [] and data["person_events"] == [] and data["agent_events"] == []
+    text = tether("show", eid).stdout
+    assert f"execution_id: {eid}" in text and "recognition:" in text
+    missing = tether("show", "ex_0000000000000000")
+    assert missing.returncode == 2 and "not_found" in missing.stderr
+
+
+def _check_lines(stdout: str, last: int) -> tuple[int, int]:
+    """Every printed line of ``seq`` once, in order; returns (lines, bytes dropped).
+
+    After a gap (or at the start) the first line may be the tail of a number whose head was
+    dropped: it must be a suffix of the number before the next whole line.
+    """
+    expected: int | None = None
+    partial: str | None = ""
+    count = dropped = 0
+    for line in stdout.splitlines():
+        gap = GAP.match(line)
+        if gap:
+            dropped += int(gap.group(1))
+            expected, partial = None, None
+            continue
+        if expected is None and partial is None:
+            partial = line
+            continue
+        if expected is None:
+            expected = int(line)
+            assert str(expected - 1).endswith(partial or ""), (partial, line)
+        assert int(line) == expected, f"line {line!r}, expected {expected}"
+        expected += 1
+        count += 1
+    assert expected == last + 1
+    return count, dropped
+
+
+async def test_tail_follows_until_exit(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    go = workspace / "go"
+    eid = await _start(client, session,
+                       f"while [ ! -e {go} ]; do sleep 0.05; done; seq 1 200000")
+    follower = subprocess.Popen([TETHER, "tail", "-f", eid], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        # tail -f is following once it has found the execution; then the output starts.
+        poll(lambda: tether("show", eid, "--json").returncode == 0, what="execution visible")
+        go.touch()
+        stdout, stderr = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, stderr
+    assert f"{eid} exited, exit code 0" in stderr
+    total = sum(len(f"{i}\r\n") for i in range(1, 200001))
+    lines, dropped = _check_lines(stdout, 200000)
+    printed = len(stdout.encode()) + stdout.count("\n")  # CRLF became LF in the pipe
+    gap_lines = sum(len(line) + 2 for line in stdout.splitlines() if GAP.match(line))
+    assert printed - gap_lines + dropped == total
+
+
+async def test_tail_marks_the_retention_gap(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    seq = await run(client, session, "seq 1 200000", wait=30)
+    shown = tether("tail", seq["execution_id"])
+    assert shown.returncode == 0, shown.stderr
+    first = shown.stdout.splitlines()[0]
+    total = sum(len(f"{i}\r\n") for i in range(1, 200001))
+    assert GAP.match(first) and int(GAP.match(first).group(1)) == total - 1024 * 1024  # type: ignore[union-attr]
+    _check_lines(shown.stdout, 200000)
+    last = tether("tail", seq["execution_id"], "--bytes", "16").stdout  # raw bytes: CRLF
+    assert last == "199999\n200000\n"
+
+
+async def test_attach_mirrors_and_types_only_with_write(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    eid = await _start(client, session, f"{sys.executable} {ECHO_LINES}")
+    await _wait_output(client, session, eid, "ready: echo program")
+
+    viewer = PersonTerminal(["attach", eid])
+    try:
+        screen = viewer.wait_for("ready: echo program")
+        assert "Ctrl-\\ detaches" in screen and "read-only" in screen
+        assert viewer.cursor() == (1, 0)  # below the line the program printed
+        await bash(client, session, {"type": "send_text", "text": "from-agent", "submit": True,
+                                     "execution_id": eid}, 0)
+        viewer.wait_for("echo:from-agent")  # new output streams in after the paint
+        viewer.type(b"typed-readonly\r")
+        await bash(client, session, {"type": "send_text", "text": "sync", "submit": True,
+                                     "execution_id": eid}, 0)
+        viewer.wait_for("echo:sync")
+        assert "typed-readonly" not in viewer.display()
+        viewer.type(b"\x1c")
+        assert viewer.wait_exit() == 0
+        assert b"detached from " + eid.encode() in viewer.output()
+    finally:
+        viewer.close()
+    output = await _output(client, session, eid)
+    assert "typed-readonly" not in output
+    assert json.loads(tether("show", eid, "--json").stdout)["person_events"] == []
+
+    writer = PersonTerminal(["attach", eid, "--write"])
+    try:
+        writer.wait_for("echo:sync")
+        assert "typing goes to the program" in writer.display()
+        writer.type(b"from-person\r")
+        writer.wait_for("echo:from-person")
+        writer.type(b"\x1c")
+        assert writer.wait_exit() == 0
+    finally:
+        writer.close()
+    got = await execution(client, session, {"type": "get", "execution_id": eid})
+    assert got["data"]["execution"]["status"] == "running"  # detaching left it running
+    events = json.loads(tether("show", eid, "--json").stdout)["person_events"]
+    assert [e["kind"] for e in events] == ["person_typed"]
+    assert "from-person" not in json.dumps(events)
+
+
+async def test_attach_ends_with_the_execution(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    go = workspace / "go"
+    eid = await _start(client, session, f"echo waiting; while [ ! -e {go} ]; do sleep 0.05; "
+                                        "done; echo last-words; exit 3")
+    await _wait_output(client, session, eid, "waiting")
+    viewer = PersonTerminal(["attach", eid], rows=20, cols=60)
+    try:
+        viewer.wait_for("waiting")
+        go.touch()
+        assert viewer.wait_exit() == 0
+        assert f"{eid} exited with exit code 3".encode() in viewer.output()
+        assert b"last-words" in viewer.output()
+    finally:
+        viewer.close()
+
+
+async def _output(client: Client, session: dict[str, Any], eid: str) -> str:
+    page = await execution(client, session, {"type": "read", "execution_id": eid,
+                                             "page_bytes": 65536})
+    return str(page["data"]["text"])
+
+
+async def _wait_output(client: Client, session: dict[str, Any], eid: str, text: str) -> None:
+    for _ in range(200):
+        if text in await _output(client, session, eid):
+            return
+        await execution(client, session, {"type": "wait", "execution_ids": [eid],
+                                          "events": ["output"], "timeout_seconds": 0.2})
+    raise AssertionError(f"{text!r} never appeared in {eid}")
