@@ -133,7 +133,8 @@ class PersonDesk:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + params.timeout_ms / 1000
             while journal.end <= offset and not live.done.is_set() and loop.time() < deadline:
-                await self.m.notifier.wait(deadline - loop.time(), output=True)
+                seen = self.m.notifier.seq  # checked above with no await since: nothing lost
+                await self.m.notifier.wait(deadline - loop.time(), output=True, since=seen)
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
         data = journal.read(offset, params.max_bytes)
