@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,11 +23,12 @@ from typing import Any
 import filelock
 
 from tether.frontend import usage
+from tether.frontend.health import unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import METHODS
-from tether.protocol.transport import GuardianClient
+from tether.protocol.transport import REPLY_GRACE_S, GuardianClient
 from tether.protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
-from tether.shared.catalog import Catalog
+from tether.shared.catalog import Catalog, peek_thread
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, guardian_paths
@@ -94,8 +96,22 @@ class GuardianLocator:
         # Guardians we started are our children until they exit: reap them (no zombies).
         self._children: list[subprocess.Popen[bytes]] = []
 
-    async def handle(self, workspace_root: str) -> GuardianHandle:
-        """A live, handshaken guardian for ``workspace_root`` (canonical), starting one if needed."""
+    async def handle(self, workspace_root: str, thread_id: str | None = None) -> GuardianHandle:
+        """A live, handshaken guardian for ``workspace_root`` (canonical), starting one if needed.
+
+        With ``thread_id``, no guardian is started for a thread that no catalog of this
+        workspace knows (``session_mismatch``): a refused call leaves nothing running.
+        """
+        handle = await self._locate(workspace_root, thread_id, start=True)
+        assert handle is not None
+        return handle
+
+    async def existing(self, workspace_root: str) -> GuardianHandle | None:
+        """The workspace's live guardian, or None; never starts one (read-only callers)."""
+        return await self._locate(workspace_root, None, start=False)
+
+    async def _locate(self, workspace_root: str, thread_id: str | None, *,
+                      start: bool) -> GuardianHandle | None:
         self._children = [child for child in self._children if child.poll() is None]
         lock = self._locks.setdefault(workspace_root, asyncio.Lock())
         async with lock:
@@ -105,16 +121,24 @@ class GuardianLocator:
                 if ident is not None and ident.alive():
                     return handle
                 self.forget(workspace_root)
-            handle = await self._connect(workspace_root)
-            self._handles[workspace_root] = handle
-            return handle
+            found = await self._connect(workspace_root, thread_id, start=start)
+            if found is not None:
+                self._handles[workspace_root] = found
+            return found
 
     async def call(
         self, workspace_root: str, method: str, params: dict[str, Any], *, timeout_s: float
     ) -> Any:
         """Call a guardian method; on a lost guardian, re-locate and retry reads once."""
+        thread_id = params.get("thread_id")
         with usage.phase("admission"):
-            handle = await self.handle(workspace_root)
+            try:
+                handle = await self.handle(workspace_root, thread_id)
+            except TetherError as err:
+                if err.code == ErrorCode.SESSION_MISMATCH and method == "thread.open":
+                    # Reattaching to an unknown thread: what a running guardian would say.
+                    raise TetherError(ErrorCode.NOT_FOUND, err.message, err.data) from None
+                raise
         try:
             with usage.phase(usage.phase_for_method(method)):
                 return await handle.call(method, params, timeout_s=timeout_s)
@@ -125,8 +149,15 @@ class GuardianLocator:
             # reads, and requests that provably never reached a guardian.
             if method not in _READ_ONLY and err.data.get("input_sent") is not False:
                 raise
+            ident = ProcessIdentity.from_dict(handle.info)
+            if (err.code == ErrorCode.GUARDIAN_UNAVAILABLE and err.data.get("input_sent") is not False
+                    and ident is not None and ident.alive()):
+                # Sent, not answered, and the very same process is still there: stopped or
+                # overloaded. A new handshake would wait in vain, and nothing is to be started.
+                raise unresponsive(handle.paths, handle.info, workspace_root,
+                                   waited_s=timeout_s + REPLY_GRACE_S) from None
             self.forget(workspace_root)
-            handle = await self.handle(workspace_root)
+            handle = await self.handle(workspace_root, thread_id)
             return await handle.call(method, params, timeout_s=timeout_s)
 
     def forget(self, workspace_root: str) -> None:
@@ -145,17 +176,60 @@ class GuardianLocator:
 
     # -- connecting ------------------------------------------------------------------------
 
-    async def _connect(self, workspace_root: str) -> GuardianHandle:
+    async def _connect(self, workspace_root: str, thread_id: str | None, *,
+                       start: bool) -> GuardianHandle | None:
         paths = guardian_paths(self.config, self.principal, workspace_root)
-        handle = await self._attach(paths)
-        if handle is not None:
+        handle = await self._attach(paths, workspace_root)
+        if handle is not None or not start:
             return handle
-        lost = await asyncio.to_thread(self._start_locked, paths, workspace_root)
-        handle = await self._wait_started(paths)
+        if thread_id is not None:
+            self._refuse_unknown_thread(paths, workspace_root, thread_id)
+        lost, started = await asyncio.to_thread(self._start_locked, paths, workspace_root)
+        handle = await self._attach(paths, workspace_root)
+        if handle is None:
+            raise TetherError(
+                ErrorCode.GUARDIAN_START_FAILED,
+                (f"a guardian started but did not answer its handshake; see {paths.log}"
+                 if started else f"no guardian could be reached or started; see {paths.log}"),
+                {"input_sent": False},
+            )
         handle.lost_records = lost
         return handle
 
-    async def _attach(self, paths: GuardianPaths) -> GuardianHandle | None:
+    def _refuse_unknown_thread(self, paths: GuardianPaths, workspace_root: str,
+                               thread_id: str) -> None:
+        """A thread no catalog of this workspace knows cannot be served: refuse it before a
+        guardian is started for it (which would then idle for a day)."""
+        try:
+            if self._thread_row(paths, workspace_root, thread_id) is not None:
+                return
+        except sqlite3.Error:
+            return  # unreadable from here: let the guardian decide
+        raise TetherError(
+            ErrorCode.SESSION_MISMATCH,
+            f"thread_id {thread_id!r} is not a thread of {workspace_root}; nothing was started. "
+            "Call Initialize (without thread_id for a new thread) and use the values it returns.",
+            {"input_sent": False},
+        )
+
+    def known_thread(self, workspace_root: str, thread_id: str) -> dict[str, Any] | None:
+        """The thread's row from the workspace's catalog on disk (no guardian needed), or None
+        when this principal has no such thread there."""
+        paths = guardian_paths(self.config, self.principal, workspace_root)
+        try:
+            return self._thread_row(paths, workspace_root, thread_id)
+        except sqlite3.Error as exc:
+            raise TetherError(ErrorCode.INTERNAL, f"cannot read {paths.catalog}: {exc}") from None
+
+    def _thread_row(self, paths: GuardianPaths, workspace_root: str,
+                    thread_id: str) -> dict[str, Any] | None:
+        thread = peek_thread(paths.catalog, thread_id)
+        if thread is None or (thread["principal"], thread["workspace_root"]) != (
+                self.principal, workspace_root):
+            return None
+        return thread
+
+    async def _attach(self, paths: GuardianPaths, workspace_root: str) -> GuardianHandle | None:
         info = read_info(paths)
         if info is None:
             return None
@@ -177,6 +251,10 @@ class GuardianLocator:
             client.close()
             if err.code == ErrorCode.PROTOCOL_MISMATCH:
                 raise
+            if err.code == ErrorCode.GUARDIAN_UNAVAILABLE and identity.alive():
+                # Alive (identity checked) but silent: say so, and start nothing.
+                raise unresponsive(paths, info, workspace_root,
+                                   waited_s=HELLO_TIMEOUT_S + REPLY_GRACE_S) from None
             return None
         if hello.get("instance_id") != info["instance_id"]:
             client.close()
@@ -195,13 +273,15 @@ class GuardianLocator:
         client.version = chosen
         return GuardianHandle(paths, info, client, chosen, frozenset(hello["capabilities"]))
 
-    def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> list[dict[str, Any]]:
-        """Under the start lock: reconcile a dead guardian's records and spawn a new one."""
+    def _start_locked(self, paths: GuardianPaths,
+                      workspace_root: str) -> tuple[list[dict[str, Any]], bool]:
+        """Under the start lock: reconcile a dead guardian's records and spawn a new one.
+        Returns the lost records and whether this call started a guardian."""
         with filelock.FileLock(str(paths.start_lock), mode=0o600, timeout=START_TIMEOUT_S):
             info = read_info(paths)
             identity = ProcessIdentity.from_dict(info) if info else None
             if identity is not None and identity.alive():
-                return []  # someone else started it while we waited for the lock
+                return [], False  # someone else started it while we waited for the lock
             lost: list[dict[str, Any]] = []
             if info is not None and paths.catalog.exists():
                 catalog = Catalog(paths.catalog)
@@ -212,7 +292,7 @@ class GuardianLocator:
                 paths.info.unlink(missing_ok=True)
             self._children.append(spawn_guardian(paths, self.principal, workspace_root))
             self._await_info(paths)
-            return lost
+            return lost, True
 
     def _await_info(self, paths: GuardianPaths) -> None:
         """Block (in a worker thread) until a live guardian has announced itself."""
@@ -227,15 +307,6 @@ class GuardianLocator:
             ErrorCode.GUARDIAN_START_FAILED,
             f"the guardian did not start within {START_TIMEOUT_S:g}s; see {paths.log}",
         )
-
-    async def _wait_started(self, paths: GuardianPaths) -> GuardianHandle:
-        handle = await self._attach(paths)
-        if handle is None:
-            raise TetherError(
-                ErrorCode.GUARDIAN_START_FAILED,
-                f"a guardian started but did not answer its handshake; see {paths.log}",
-            )
-        return handle
 
 
 def read_info(paths: GuardianPaths) -> dict[str, Any] | None:

@@ -60,6 +60,8 @@ class ThreadOpenParams(Params):
     principal: str = Field(min_length=1, max_length=128)
     workspace_root: CleanText = Field(min_length=1, max_length=4096)
     thread_id: ThreadId | None = None
+    # Initialize {type: status}: describe the thread, start nothing (no shell, no generation).
+    read_only: bool = False
 
 
 class ResetShellParams(Scoped):

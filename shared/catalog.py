@@ -424,3 +424,21 @@ class Catalog:
 
     def forget_results_before(self, unix_ms: int) -> None:
         self._db.execute("DELETE FROM idempotency WHERE created_unix_ms < ?", (unix_ms,))
+
+
+def peek_thread(path: Path, thread_id: str) -> dict[str, Any] | None:
+    """A thread's row read straight from a catalog file, read-only, without a guardian.
+
+    For checks that must not start anything (a thread id that no catalog knows cannot be
+    served). ``None`` when there is no catalog or no such thread; an unreadable catalog
+    raises ``sqlite3.Error`` so that callers can leave the decision to the guardian.
+    """
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+    try:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+        return None if row is None else dict(row)
+    finally:
+        db.close()

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import zmq
 from mcp import Client
 
-from tests.helpers import start_guardian, tether_processes
-from tests.mcp_helpers import bash, call_error, execution, initialize, run
+from tests.helpers import poll, processes_with_env, start_guardian, tether_processes
+from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
 from tether.frontend.server import build_server
 from tether.frontend.tools import all_tools
 from tether.protocol import codec
@@ -199,3 +200,71 @@ async def test_every_dir_and_file_is_private(client: Client, tether_env: Config,
                 seen["socket"] += 1
                 assert perms & 0o077 == 0, f"{path} is {perms:04o}"
     assert seen["dir"] >= 6 and seen["file"] >= 4 and seen["socket"] >= 1, seen
+
+
+async def test_unknown_threads_start_no_guardian(tether_env: Config, tmp_path: Path) -> None:
+    """Issue 12 case 4: a thread id that no catalog knows is refused before anything starts."""
+    roots = [tmp_path / f"dir{i}" for i in range(5)]
+    async with Client(build_server(tether_env)) as client:
+        for root in roots:
+            root.mkdir()
+            refused = await call_error(client, "BashCommand", {
+                "thread_id": "th_bogus", "workspace_root": str(root),
+                "action_json": {"type": "command", "command": f"touch {root}/ran"}})
+            assert refused["code"] == "session_mismatch"
+            assert refused["data"]["input_sent"] is False
+            assert "nothing was started" in refused["message"]
+        listed = await call_error(client, "Execution", {
+            "thread_id": "th_bogus", "workspace_root": str(roots[0]), "action": {"type": "list"}})
+        assert listed["code"] == "session_mismatch"
+        reattach = await call_error(client, "Initialize", {
+            "type": "first_call", "workspace_root": str(roots[1]), "thread_id": "th_bogus"})
+        assert reattach["code"] == "not_found"
+        # A real thread of another workspace is not a thread of this one either.
+        session = await initialize(client, roots[2])
+        other = await call_error(client, "BashCommand", {
+            "thread_id": session["thread_id"], "workspace_root": str(roots[3]),
+            "action_json": {"type": "command", "command": "true"}})
+        assert other["code"] == "session_mismatch"
+    guardians = tether_processes(tether_env.runtime_dir, "tether-guardian")
+    assert [g.pid for g in guardians] == [session["guardian"]["pid"]]
+    assert not any((root / "ran").exists() for root in roots)
+
+
+def _shells_of(config: Config, thread_id: str) -> list[int]:
+    return [p.pid for p in processes_with_env("TETHER_THREAD_ID", thread_id)
+            if p.environ().get("TETHER_RUNTIME_DIR") == str(config.runtime_dir)]
+
+
+async def test_status_and_screen_start_no_shell(tether_env: Config, workspace: Path) -> None:
+    """Issue 12 case 9: Initialize {type: status} and BashCommand {type: screen} without an
+    execution id look, and start nothing: no shell, so no new generation."""
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        await run(client, session, "cd sub")
+        guardian = psutil.Process(session["guardian"]["pid"])
+        guardian.terminate()
+        guardian.wait(timeout=10)
+        poll(lambda: not _shells_of(tether_env, session["thread_id"]), what="shell to end")
+        status_args = {"type": "status", "workspace_root": str(workspace),
+                       "thread_id": session["thread_id"]}
+        offline = (await call(client, "Initialize", status_args))["data"]
+        assert offline["guardian"]["running"] is False
+        assert (offline["generation"], offline["shell_running"]) == (session["generation"], False)
+        assert offline["cwd"] == str(workspace / "sub")
+        assert tether_processes(tether_env.runtime_dir, "tether-guardian") == []
+
+        screen = await bash(client, session, {"type": "screen"})  # a guardian serves the read
+        assert screen["screen"]["shell_running"] is False and screen["screen"]["text"] == ""
+        online = (await call(client, "Initialize", status_args))["data"]
+        assert online["guardian"]["running"] is True
+        assert (online["generation"], online["shell_running"]) == (session["generation"], False)
+        assert _shells_of(tether_env, session["thread_id"]) == []
+
+        ran = await run(client, session, "pwd")  # the next command starts the next shell
+        assert ran["generation"] == session["generation"] + 1
+        after = (await call(client, "Initialize", status_args))["data"]
+        assert (after["generation"], after["shell_running"]) == (session["generation"] + 1, True)
+        no_thread = (await call(client, "Initialize", {"type": "status",
+                                                       "workspace_root": str(workspace)}))
+        assert no_thread["data"]["thread_id"] is None

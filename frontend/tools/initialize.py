@@ -7,8 +7,10 @@ from typing import Any
 import mcp_types as types
 
 from tether.frontend import results
+from tether.frontend.guardians import GuardianHandle
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
+from tether.protocol.errors import ErrorCode, TetherError
 
 RPC_TIMEOUT_S = 15.0
 
@@ -29,17 +31,21 @@ class InitializeTool(Tool):
     ) -> types.CallToolResult:
         root = session.workspace(args.workspace_root)
         locator = session.locator
-        if args.type == "reset_shell":
+        handle: GuardianHandle | None
+        if args.type == "status":
+            # Read-only: starts no guardian, no shell, and so no generation.
+            handle = await locator.existing(root)
+            thread = await _status(session, root, args.thread_id, handle)
+        elif args.type == "reset_shell":
             if args.thread_id is None:
                 raise ValueError("reset_shell needs thread_id")
-            thread: dict[str, Any] = await locator.call(
+            thread = await locator.call(
                 root, "thread.reset_shell",
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id, "idempotency_key": session.idempotency_key()},
                 timeout_s=RPC_TIMEOUT_S,
             )
-        elif args.type == "status" and args.thread_id is None:
-            thread = {}
+            handle = await locator.handle(root)
         else:
             thread = await locator.call(
                 root, "thread.open",
@@ -47,8 +53,8 @@ class InitializeTool(Tool):
                  "thread_id": args.thread_id},
                 timeout_s=RPC_TIMEOUT_S,
             )
-        handle = await locator.handle(root)
-        data = {
+            handle = await locator.handle(root)
+        data: dict[str, Any] = {
             "thread_id": thread.get("thread_id", args.thread_id),
             "workspace_root": root,
             "generation": thread.get("generation"),
@@ -56,7 +62,9 @@ class InitializeTool(Tool):
             "reattached": thread.get("reattached", False),
             "mode": "wcgw",
             "profile": "full",
-            "guardian": {
+            "guardian": {"running": False, "instance_id": None, "protocol": None,
+                         "capabilities": [], "pid": None} if handle is None else {
+                "running": True,
                 "instance_id": handle.instance_id,
                 "protocol": str(handle.version),
                 "capabilities": sorted(handle.capabilities),
@@ -68,10 +76,34 @@ class InitializeTool(Tool):
                           "reason": "configuration_missing"},
             },
         }
-        if handle.lost_records:
+        if "shell_running" in thread:
+            data["shell_running"] = thread["shell_running"]
+        if handle is not None and handle.lost_records:
             data["guardian"]["lost_records"] = handle.lost_records
+        guardian = f"guardian protocol {handle.version}" if handle else "no guardian running"
         text = (
             f"thread {data['thread_id']} in {root} (shell generation {data['generation']}, "
-            f"cwd {data['cwd']}); guardian protocol {handle.version}"
+            f"cwd {data['cwd']}); {guardian}"
         )
         return results.ok(data, text)
+
+
+async def _status(session: Session, root: str, thread_id: str | None,
+                  handle: GuardianHandle | None) -> dict[str, Any]:
+    """The thread as it is, from its guardian when one runs, else from the catalog on disk."""
+    if thread_id is None:
+        return {}
+    if handle is not None:
+        result: dict[str, Any] = await handle.call(
+            "thread.open", {"principal": session.principal, "workspace_root": root,
+                            "thread_id": thread_id, "read_only": True},
+            timeout_s=RPC_TIMEOUT_S)
+        return result
+    row = session.locator.known_thread(root, thread_id)
+    if row is None:
+        raise TetherError(
+            ErrorCode.NOT_FOUND,
+            f"no thread {thread_id!r} in this workspace; call Initialize without thread_id "
+            "to start a new one", {"input_sent": False})
+    return {"thread_id": thread_id, "generation": row["generation"], "cwd": row["cwd"],
+            "shell_running": False}

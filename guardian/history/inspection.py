@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from tether.guardian.agents.recognize import pick_recognizer
 from tether.guardian.agents.turns import recognize_record
 from tether.protocol.envelope import Request
-from tether.protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams, ThreadOpenParams
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.executions import ExecutionManager
@@ -33,7 +34,11 @@ class Inspector:
         """The current screen of an execution, or of the thread's main shell."""
         if params.execution_id is None:
             thread = self.m.thread_for(params)
-            shell = self.m.ensure_shell(thread)
+            shell = self.m.shells.get(thread["thread_id"])
+            if shell is None or not shell.alive:
+                # Looking must not start a shell (a new generation): report that none runs.
+                return {"execution_id": None, "live": False, "shell_running": False,
+                        "text": "", "lines": [], "cursor": None}
             snap = shell.screen.snapshot()
             execution_id = shell.current.execution_id if shell.current else None
         else:
@@ -61,6 +66,30 @@ class Inspector:
             "cols": snap.cols,
             "alternate": snap.alternate,
             "title": snap.title,
+        }
+
+    def thread_status(self, params: ThreadOpenParams) -> dict[str, Any]:
+        """A thread as it is, for ``Initialize {type: status}``: nothing is started."""
+        thread = self.m.catalog.get_thread(params.thread_id) if params.thread_id else None
+        if params.thread_id is not None and (
+            thread is None or thread["workspace_root"] != self.m.workspace_root
+            or thread["principal"] != params.principal
+        ):
+            raise TetherError(
+                ErrorCode.NOT_FOUND,
+                f"no thread {params.thread_id!r} in this workspace; call Initialize without "
+                "thread_id to start a new one",
+            )
+        shell = self.m.shells.get(params.thread_id) if params.thread_id else None
+        running = shell is not None and shell.alive
+        return {
+            "thread_id": params.thread_id,
+            "workspace_root": self.m.workspace_root,
+            "reattached": False,
+            "shell_running": running,
+            "generation": shell.generation if shell is not None and running else (
+                thread["generation"] if thread else None),
+            "cwd": shell.cwd if shell is not None and running else (thread["cwd"] if thread else None),
         }
 
     async def list_records(self, request: Request, params: ExecListParams) -> dict[str, Any]:

@@ -83,7 +83,7 @@ class GuardianService:
             "exec.status": self.exec_status,
             "exec.input": self.exec_input,
         }
-        inspector = Inspector(manager)
+        inspector = self.inspector = Inspector(manager)
         for side in (inspector, History(manager, inspector), Turns(manager), PromptDesk(manager),
                      PersonDesk(manager, self._idempotent)):
             self._handlers.update(side.handlers())
@@ -185,6 +185,8 @@ class GuardianService:
         return {"stopping": not params.dry_run, "running_executions": running}
 
     async def thread_open(self, request: Request, params: ThreadOpenParams) -> dict[str, Any]:
+        if params.read_only:
+            return self.inspector.thread_status(params)
         return await self.manager.open_thread(params)
 
     async def reset_shell(self, request: Request, params: ResetShellParams) -> dict[str, Any]:

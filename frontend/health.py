@@ -1,0 +1,50 @@
+"""Why a live guardian does not answer, in words a person can act on.
+
+A guardian whose identity checks out (same pid, create time and boot, R10) but that does not
+answer is ``guardian_unresponsive``: stopped (SIGSTOP, Ctrl-Z), overloaded, or unreachable
+because its socket file is gone. That is different from ``guardian_start_failed`` (a start
+was attempted and failed) and calls for a different remedy; nothing is started either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.shared.paths import GuardianPaths
+
+
+def process_status(pid: int) -> str:
+    """psutil's status of ``pid`` (``stopped``, ``running``, ``sleeping``...), or ``gone``."""
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.Error:
+        return "gone"
+
+
+def unresponsive(paths: GuardianPaths, info: dict[str, Any], workspace_root: str, *,
+                 waited_s: float, input_sent: bool | str = False) -> TetherError:
+    """``guardian_unresponsive`` for the guardian described by ``info``, naming the likely
+    cause and what to do about it."""
+    pid = int(info["pid"])
+    status = process_status(pid)
+    socket_present = paths.socket.exists()
+    if status == psutil.STATUS_STOPPED:
+        cause = f"it is stopped (SIGSTOP or Ctrl-Z); resume it with `kill -CONT {pid}`"
+    elif not socket_present:
+        cause = (f"its socket {paths.socket} is missing; a guardian re-creates it within a "
+                 "second, so try again")
+    else:
+        cause = "it may be overloaded or hung; try again shortly"
+    sent = "Nothing was sent" if input_sent is False else "Whether the input arrived is unknown"
+    return TetherError(
+        ErrorCode.GUARDIAN_UNRESPONSIVE,
+        f"the guardian of {workspace_root} (pid {pid}) is alive but did not answer within "
+        f"{waited_s:g}s: {cause}. {sent}, and no other guardian was started. If it stays "
+        f"unresponsive, `tether guardians restart --workspace {workspace_root} --yes` replaces "
+        "it (its running terminals end; their records stay readable).",
+        {"pid": pid, "process_status": status, "socket_present": socket_present,
+         "input_sent": input_sent, "operator_action_required": True},
+    )
