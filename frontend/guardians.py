@@ -106,7 +106,7 @@ class GuardianLocator:
         assert handle is not None
         return handle
 
-    async def existing(self, workspace_root: str) -> GuardianHandle | None:
+    async def live(self, workspace_root: str) -> GuardianHandle | None:
         """The workspace's live guardian, or None; never starts one (read-only callers)."""
         return await self._locate(workspace_root, None, start=False)
 
@@ -229,7 +229,8 @@ class GuardianLocator:
             return None
         return thread
 
-    async def _attach(self, paths: GuardianPaths, workspace_root: str) -> GuardianHandle | None:
+    async def _attach(self, paths: GuardianPaths,
+                      workspace_root: str | None = None) -> GuardianHandle | None:
         info = read_info(paths)
         if info is None:
             return None
@@ -253,7 +254,8 @@ class GuardianLocator:
                 raise
             if err.code == ErrorCode.GUARDIAN_UNAVAILABLE and identity.alive():
                 # Alive (identity checked) but silent: say so, and start nothing.
-                raise unresponsive(paths, info, workspace_root,
+                where = workspace_root or str(info.get("workspace_root", paths.runtime))
+                raise unresponsive(paths, info, where,
                                    waited_s=HELLO_TIMEOUT_S + REPLY_GRACE_S) from None
             return None
         if hello.get("instance_id") != info["instance_id"]:

@@ -29,6 +29,8 @@ MAX_IDEMPOTENCY_KEY = 128
 #: integer on the wire has a range, so none can overflow msgpack (64 bits) on either side.
 MAX_GENERATION = 2**31 - 1
 MAX_WIRE_INT = 2**31 - 1
+#: Absolute journal offsets grow past 2**31 on long-lived executions; JSON-safe bound.
+MAX_OFFSET = 2**53
 
 ExecutionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 ThreadId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -196,7 +198,7 @@ class ExecStreamParams(WorkspaceScoped):
     and the offset it corresponds to."""
 
     execution_id: ExecutionId
-    offset: int | None = Field(default=None, ge=0)
+    offset: int | None = Field(default=None, ge=0, le=MAX_OFFSET)
     max_bytes: int = Field(default=256 * 1024, ge=1, le=MAX_STREAM_BYTES)
     timeout_ms: int = Field(default=0, ge=0, le=MAX_STREAM_WAIT_MS)
     screen: bool = False

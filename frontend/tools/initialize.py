@@ -34,7 +34,7 @@ class InitializeTool(Tool):
         handle: GuardianHandle | None
         if args.type == "status":
             # Read-only: starts no guardian, no shell, and so no generation.
-            handle = await locator.existing(root)
+            handle = await locator.live(root)
             thread = await _status(session, root, args.thread_id, handle)
         elif args.type == "reset_shell":
             if args.thread_id is None:
