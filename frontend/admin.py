@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from tether.frontend.guardians import GuardianLocator, read_info
+from tether.frontend.person.term import Progress
 from tether.protocol.errors import TetherError
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import Version
@@ -91,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(ended) or 'none'}")
             if ident_ is not None:
                 deadline = time.monotonic() + 10
-                while ident_.alive() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                with Progress(f"waiting for guardian pid {ident_.pid} to exit"):
+                    while ident_.alive() and time.monotonic() < deadline:
+                        time.sleep(0.05)
         if args.command == "restart":
             async def start() -> dict[str, Any]:
                 locator = GuardianLocator(config)
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     locator.close()
 
-            started = asyncio.run(start())
+            with Progress("starting a guardian"):
+                started = asyncio.run(start())
             print(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
         return 0
     except TetherError as err:

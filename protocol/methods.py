@@ -182,6 +182,7 @@ class WorkspaceScoped(Params):
 MAX_WORKSPACE_LIST = 1000
 MAX_STREAM_BYTES = 1024 * 1024
 MAX_STREAM_WAIT_MS = 30_000
+MAX_STREAM_LINGER_MS = 100
 
 
 class WorkspaceListParams(WorkspaceScoped):
@@ -202,6 +203,10 @@ class ExecStreamParams(WorkspaceScoped):
     max_bytes: int = Field(default=256 * 1024, ge=1, le=MAX_STREAM_BYTES)
     timeout_ms: int = Field(default=0, ge=0, le=MAX_STREAM_WAIT_MS)
     screen: bool = False
+    #: After waiting, when fewer than ``min_bytes`` have arrived, linger this long once for
+    #: more: a fast program then costs a few large replies instead of one per PTY read.
+    min_bytes: int = Field(default=1, ge=1, le=MAX_STREAM_BYTES)
+    linger_ms: int = Field(default=0, ge=0, le=MAX_STREAM_LINGER_MS)
 
 
 class PersonInputParams(WorkspaceScoped):

@@ -231,6 +231,68 @@ async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
     return path.stat().st_size / elapsed / 1e6, screen_ms, text.rstrip().endswith(last_line), len(text)
 
 
+PACED_WRITER = """
+import os, sys, time
+rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+line = b"x" * 99 + b"\\n"
+chunk = line * 1000  # 100 kB
+start = time.perf_counter(); sent = 0
+while time.perf_counter() - start < seconds:
+    os.write(1, chunk); sent += len(chunk)
+    ahead = sent / rate - (time.perf_counter() - start)
+    if ahead > 0:
+        time.sleep(ahead)
+"""
+
+
+async def attach_throughput(workspace: Path, command: str) -> tuple[float, int, int]:
+    """``tether attach`` in a PTY (the person's terminal, read as fast as a fast terminal
+    would) while a background execution runs ``command``: bytes shown per second from the
+    moment the program starts, the bytes, and how many repaints (falling behind retention)."""
+    import threading
+
+    from ptyprocess import PtyProcess
+
+    go = workspace / f"go-{uuid.uuid4().hex[:8]}"
+    async with Client(build_server(Config.from_env())) as client:
+        session = await _session(client, workspace)
+        scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+        eid = await _background(client, scope, f"while [ ! -e {go} ]; do sleep 0.01; done; "
+                                               f"{command}")
+        tether = str(Path(sys.executable).with_name("tether"))
+        proc = PtyProcess.spawn([tether, "attach", eid], dimensions=(50, 120), env=dict(os.environ))
+        received: list[tuple[float, int]] = []
+        chunks: list[bytes] = []
+
+        def read() -> None:
+            while True:
+                try:
+                    data = os.read(proc.fd, 1 << 20)
+                except OSError:
+                    return
+                if not data:
+                    return
+                received.append((time.perf_counter(), len(data)))
+                chunks.append(data)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 20
+        while b"attached to" not in b"".join(chunks) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        painted = len(received)
+        start = time.perf_counter()
+        go.touch()
+        reader.join(timeout=300)
+        proc.wait()
+    after = b"".join(chunks[painted:])
+    farewell = after.rfind(b"[tether: ")
+    shown = after[:farewell] if farewell >= 0 else after
+    last = max((t for t, _ in received[painted:]), default=start)
+    repaints = shown.count(b"tether: attached to")
+    return len(shown) / max(last - start, 1e-9) / 1e6, len(shown), repaints
+
+
 async def restart_to_first_call(workspace: Path, rounds: int = 5) -> tuple[list[float], list[float]]:
     """A fresh `tether serve` process (guardian alive) until its first successful call,
     against `python -c "import mcp"` as the baseline."""
@@ -284,6 +346,13 @@ def main() -> int:
         restart, import_mcp = asyncio.run(restart_to_first_call(workspace))
         raw_rate = raw_pty_rate(big)
         rate, screen_ms, screen_ok, _ = asyncio.run(ingest(workspace, big))
+        attach_rate, attach_bytes, attach_repaints = asyncio.run(
+            attach_throughput(workspace, f"cat {big}"))
+        paced = base / "paced.py"
+        paced.write_text(PACED_WRITER)
+        paced_cmd = f"{sys.executable} {paced} 10e6 3"
+        paced_rate, paced_bytes, paced_repaints = asyncio.run(
+            attach_throughput(workspace, paced_cmd))
         # Last: it leaves 32 busy programs behind until the guardian is stopped.
         observe = asyncio.run(tether_observe(max(10, args.rounds // 2), workspace))
     finally:
@@ -312,6 +381,12 @@ def main() -> int:
           f"ratio {rate / raw_rate:.2f} (target >= 50 MB/s)")
     print(f"screen request after it: {screen_ms:.1f} ms (target <= 50 ms); "
           f"final screen {'correct' if screen_ok else 'WRONG'}")
+    print(f"tether attach of cat {args.ingest_mb} MB: {attach_rate:.1f} MB/s shown in the "
+          f"person's terminal ({attach_bytes / 1e6:.0f} MB, {attach_repaints} repaints after "
+          f"falling behind); raw PTY read {raw_rate:.1f} MB/s; ratio {attach_rate / raw_rate:.2f} "
+          "(target >= 0.7)")
+    print(f"tether attach of a program printing 10 MB/s for 3 s: {paced_rate:.1f} MB/s shown "
+          f"({paced_bytes / 1e6:.1f} MB), {paced_repaints} repaints (keeps up when 0)")
     s50, i50 = _pct(restart, 0.5), _pct(import_mcp, 0.5)
     print(f"front-end restart to first successful call: p50 {s50:.2f} s (target <= 1.5 s); "
           f"python -c 'import mcp' {i50:.2f} s; ratio {s50 / i50:.2f}")

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "show": ("tether.frontend.person.show", "one execution: record, recognition, receipts, events"),
     "tail": ("tether.frontend.person.tail", "an execution's retained output; -f follows it"),
     "attach": ("tether.frontend.person.attach", "watch (or with --write, type into) a terminal"),
+    "doctor": ("tether.frontend.person.doctor", "check versions, dirs, guardians and logs"),
     "report": ("tether.frontend.person.report", "summarise a usage log (TETHER_USAGE_LOG)"),
 }
 

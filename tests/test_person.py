@@ -221,3 +221,37 @@ async def _wait_output(client: Client, session: dict[str, Any], eid: str, text: 
         await execution(client, session, {"type": "wait", "execution_ids": [eid],
                                           "events": ["output"], "timeout_seconds": 0.2})
     raise AssertionError(f"{text!r} never appeared in {eid}")
+
+
+async def test_doctor_reports_stale_guardian_and_open_runtime_dir(
+    client: Client, tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    await initialize(client, workspace)  # a real, healthy guardian
+    healthy = tether("doctor")
+    assert healthy.returncode == 0, healthy.stdout
+    assert f"guardian of {workspace}: pid" in healthy.stdout and "alive, protocol" in healthy.stdout
+    # A guardian.json left by a guardian that died (pid reused by nobody: a finished child).
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale_dir = tether_env.runtime_dir / "0123456789abcdef0123"
+    stale_dir.mkdir(mode=0o700)
+    stale = stale_dir / "guardian.json"
+    stale.write_text(json.dumps({
+        "instance_id": "dead", "pid": gone.pid, "create_time": 1.0, "boot_id": "x",
+        "endpoint": "ipc:///nowhere", "auth_token": "t", "protocol": "1.3",
+        "workspace_root": str(tmp_path / "gone-ws")}))
+    tether_env.runtime_dir.chmod(0o755)
+    try:
+        sick = tether("doctor")
+    finally:
+        tether_env.runtime_dir.chmod(0o700)
+    assert sick.returncode == 1, sick.stdout
+    lines = sick.stdout.splitlines()
+    stale_at = next(i for i, line in enumerate(lines) if f"stale {stale}" in line)
+    assert lines[stale_at].startswith("ACTION") and f"rm {stale}" in lines[stale_at + 1]
+    mode_at = next(i for i, line in enumerate(lines) if "has mode 0755" in line)
+    assert lines[mode_at].startswith("ACTION")
+    assert f"chmod 700 {tether_env.runtime_dir}" in lines[mode_at + 1]
+    assert "2 finding(s) need action" in sick.stdout
+    report = json.loads(tether("doctor", "--json").stdout)
+    assert report["needs_action"] == 1  # the mode is fixed; the stale file is not

@@ -33,6 +33,13 @@ from tether.protocol.methods import MAX_STREAM_BYTES, MAX_TEXT_BYTES
 from tether.shared.config import Config
 
 FOLLOW_WAIT_MS = 10_000
+#: Batching of live output: once output has started, a reply waits a moment for more (up to
+#: 256 KiB), so a program at full speed costs tens of replies a second instead of one per PTY
+#: read. The wait is 2 ms while output trickles (a keystroke's echo stays immediate) and
+#: 20 ms while it pours (the last reply was big).
+BATCH_BYTES = 256 * 1024
+LINGER_TRICKLE_MS, LINGER_POUR_MS = 2, 20
+POURING_BYTES = 64 * 1024
 DEFAULT_DETACH = "ctrl-\\"
 
 
@@ -125,7 +132,8 @@ class Attach:
         self.detached = asyncio.Event()
         self.typed: asyncio.Queue[bytes] = asyncio.Queue()
         self.final: dict[str, Any] | None = None
-        self.error: TetherError | None = None
+        self.behind = False  # bytes were dropped unseen: repaint once caught up
+        self._writing = asyncio.Lock()
 
     # -- output ----------------------------------------------------------------------------
 
@@ -136,6 +144,12 @@ class Attach:
                 view = view[os.write(self.out_fd, view):]
             except BlockingIOError:
                 continue
+
+    async def _show(self, data: bytes) -> None:
+        """Write to the person's terminal from a worker thread, one writer at a time: a slow
+        terminal then never stalls the detach key or the next fetch."""
+        async with self._writing:
+            await asyncio.to_thread(self._out, data)
 
     def _status(self) -> str:
         mode = "typing goes to the program" if self.write else "read-only"
@@ -150,35 +164,65 @@ class Attach:
         got = await self.entry.call("exec.stream", {"execution_id": self.execution_id,
                                                     "screen": True})
         self.epoch += 1
+        self.behind = False
         screen = got["screen"]
         self.exec_size = Size(int(screen["rows"]), int(screen["cols"]))
-        self._out(paint(screen, terminal_size(self.out_fd), self._status()))
+        await self._show(paint(screen, terminal_size(self.out_fd), self._status()))
         self.offset = int(got["end"])
         return dict(got)
 
+    def _fetch(self, offset: int, last_size: int = 0) -> asyncio.Task[Any]:
+        linger = LINGER_POUR_MS if last_size >= POURING_BYTES else LINGER_TRICKLE_MS
+        return asyncio.get_running_loop().create_task(self.entry.call(
+            "exec.stream", {"execution_id": self.execution_id, "offset": offset,
+                            "max_bytes": MAX_STREAM_BYTES, "timeout_ms": FOLLOW_WAIT_MS,
+                            "min_bytes": BATCH_BYTES, "linger_ms": linger},
+            timeout_s=FOLLOW_WAIT_MS / 1000 + 10))
+
     async def mirror(self) -> None:
+        """Fetch the next chunk while the last one is being written (a two-stage pipeline).
+
+        When retention dropped bytes before we fetched them (the program outruns the person's
+        terminal), the mirror skips ahead and repaints from the screen once it has caught up,
+        instead of repainting at every chunk: a repaint asks the guardian to emulate the
+        screen, which would slow the program itself.
+        """
         first = await self.repaint()
         if first["status"] != "running" or not first["live"]:
             self.final = first
             return
-        while not self.detached.is_set():
-            epoch = self.epoch
-            got = await self.entry.call("exec.stream", {
-                "execution_id": self.execution_id, "offset": self.offset,
-                "max_bytes": MAX_STREAM_BYTES, "timeout_ms": FOLLOW_WAIT_MS},
-                timeout_s=FOLLOW_WAIT_MS / 1000 + 10)
-            if epoch != self.epoch:
-                continue  # a repaint happened meanwhile: these bytes are already drawn
-            if (int(got["rows"]), int(got["cols"])) != (self.exec_size.rows, self.exec_size.cols) \
-                    or got["gap"]:
-                await self.repaint()  # resized, or we fell behind retention
-                continue
-            if got["data"]:
-                self._out(got["data"])
-            self.offset = int(got["end"])
-            if self.offset >= got["journal_end"] and got["status"] != "running":
-                self.final = dict(got)
-                return
+        pending = self._fetch(self.offset)
+        try:
+            while not self.detached.is_set():
+                epoch = self.epoch
+                got = await pending
+                if epoch != self.epoch:  # a repaint happened meanwhile: already drawn
+                    pending = self._fetch(self.offset)
+                    continue
+                if (int(got["rows"]), int(got["cols"])) != \
+                        (self.exec_size.rows, self.exec_size.cols):
+                    await self.repaint()
+                    pending = self._fetch(self.offset)
+                    continue
+                self.behind = self.behind or bool(got["gap"])
+                self.offset = int(got["end"])
+                caught_up = self.offset >= int(got["journal_end"])
+                ended = caught_up and got["status"] != "running"
+                if not ended:
+                    pending = self._fetch(self.offset, len(got["data"]))
+                if got["data"]:
+                    await self._show(got["data"])
+                if caught_up and self.behind and epoch == self.epoch:
+                    if not ended:
+                        pending.cancel()
+                    await self.repaint()  # the screen as it is, now that we are level
+                    if not ended:
+                        pending = self._fetch(self.offset)
+                if ended:
+                    self.final = dict(got)
+                    return
+        finally:
+            pending.cancel()
 
     # -- input -----------------------------------------------------------------------------
 

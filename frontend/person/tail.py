@@ -106,7 +106,8 @@ async def tail(entry: Any, execution_id: str, *, follow: bool, last_bytes: int |
         wait = FOLLOW_WAIT_MS if follow else 0
         got = await entry.call("exec.stream", {
             "execution_id": execution_id, "offset": offset, "max_bytes": MAX_STREAM_BYTES,
-            "timeout_ms": wait}, timeout_s=wait / 1000 + 10)
+            "timeout_ms": wait, "min_bytes": 64 * 1024, "linger_ms": 10},
+            timeout_s=wait / 1000 + 10)
         if got["gap"]:
             out.gap(got["gap"])
         if got["data"]:

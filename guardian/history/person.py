@@ -135,11 +135,19 @@ class PersonDesk:
             while journal.end <= offset and not live.done.is_set() and loop.time() < deadline:
                 seen = self.m.notifier.seq  # checked above with no await since: nothing lost
                 await self.m.notifier.wait(deadline - loop.time(), output=True, since=seen)
+            # Each reply costs the guardian about a millisecond: batch a fast stream, but
+            # return as soon as min_bytes are there (retention keeps only 1 MiB).
+            linger = min(deadline, loop.time() + params.linger_ms / 1000)
+            while (journal.end - offset < params.min_bytes and not live.done.is_set()
+                   and loop.time() < linger):
+                seen = self.m.notifier.seq
+                await self.m.notifier.wait(linger - loop.time(), output=True, since=seen)
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
         data = journal.read(offset, params.max_bytes)
-        record = self.m.catalog.get_execution(params.execution_id) or record
         still_live = self.m.live.get(params.execution_id)
+        if still_live is None:  # it may have ended while we waited: the status changed
+            record = self.m.catalog.get_execution(params.execution_id) or record
         return {
             **self._figures(record, still_live is not None, journal),
             "data": data,

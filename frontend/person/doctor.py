@@ -1,0 +1,325 @@
+"""``tether doctor``: is this installation healthy, and if not, what command fixes it.
+
+It looks and never changes anything: no directory is created, no guardian started or stopped,
+no lock taken (who holds a lock is read from ``/proc/locks``). Each finding carries the
+command that fixes it; the exit status is 1 when any finding needs action, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import stat
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tether.frontend.guardians import GuardianLocator
+from tether.frontend.person.connect import announced
+from tether.frontend.person.term import Progress
+from tether.frontend.usage import DEFAULT_MAX_BYTES
+from tether.protocol.errors import TetherError
+from tether.protocol.versions import known_minor_versions
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import GuardianPaths
+
+PACKAGES = ("tether", "mcp", "pyzmq", "msgpack", "ptyprocess", "pyte", "pydantic", "filelock",
+            "psutil", "wcwidth")
+#: Retention limits (SPEC R17), to compare what is on disk with.
+EXECUTION_OUTPUT_BYTES = 1024 * 1024
+THREAD_BYTES = 16 * 1024 * 1024
+THREAD_RECORDS = 128
+
+
+@dataclass
+class Finding:
+    level: str  # ok | info | warn | action
+    what: str
+    fix: str | None = None
+
+
+class Doctor:
+    def __init__(self, config: Config, env: dict[str, str]) -> None:
+        self.config = config
+        self.env = env
+        self.findings: list[Finding] = []
+
+    def add(self, level: str, what: str, fix: str | None = None) -> None:
+        self.findings.append(Finding(level, what, fix))
+
+    # -- versions --------------------------------------------------------------------------
+
+    def versions(self) -> None:
+        py = sys.version_info
+        level = "ok" if py >= (3, 11) else "action"
+        self.add(level, f"Python {py.major}.{py.minor}.{py.micro} ({sys.executable})",
+                 None if level == "ok" else "install Python 3.11 or newer and reinstall Tether")
+        found, missing = [], []
+        for name in PACKAGES:
+            try:
+                found.append(f"{name} {metadata.version(name)}")
+            except metadata.PackageNotFoundError:
+                missing.append(name)
+        try:
+            import zmq
+
+            found.append(f"libzmq {zmq.zmq_version()}")
+        except ImportError:
+            pass
+        self.add("ok", "packages: " + ", ".join(found))
+        if missing:
+            self.add("action", f"packages missing: {', '.join(missing)}",
+                     f"{sys.executable} -m pip install {' '.join(missing)}")
+        latest = known_minor_versions()[-1]
+        self.add("ok", f"this Tether speaks protocol 1.0-{latest}")
+
+    # -- directories -----------------------------------------------------------------------
+
+    def private_dir(self, path: Path, what: str, variable: str) -> bool:
+        """Owner and mode of a directory that must be 0700 (R1); True when it exists."""
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            self.add("info", f"{what} {path} does not exist yet (created on first use)")
+            return False
+        except OSError as exc:
+            self.add("action", f"{what} {path} cannot be read: {exc.strerror}",
+                     f"set {variable} to a directory you own")
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            self.add("action", f"{what} {path} is not a directory", f"rm {path}  # or set {variable}")
+            return False
+        if st.st_uid != os.getuid():
+            self.add("action", f"{what} {path} is owned by uid {st.st_uid}, not by you "
+                     f"(uid {os.getuid()}); Tether refuses to use it",
+                     f"set {variable} to a directory you own")
+        elif st.st_mode & 0o077:
+            self.add("action", f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must "
+                     "be 0700 (Tether refuses to use it)", f"chmod 700 {path}")
+        else:
+            self.add("ok", f"{what} {path} (0700, yours)")
+        return True
+
+    # -- guardians -------------------------------------------------------------------------
+
+    async def guardians(self) -> None:
+        entries = announced(self.config)
+        keys_with_info = {path.parent.name for path, _ in entries}
+        if self.config.runtime_dir.is_dir():
+            for key_dir in sorted(p for p in self.config.runtime_dir.iterdir() if p.is_dir()):
+                if key_dir.name not in keys_with_info:
+                    self._leftovers(key_dir)
+        if not entries:
+            self.add("info", "no guardian has announced itself (one starts with the first MCP "
+                     "call for a workspace)")
+        locator = GuardianLocator(self.config)
+        try:
+            for path, info in entries:
+                with Progress(f"checking guardian {path.parent.name}"):
+                    await self._guardian(locator, path, info)
+        finally:
+            locator.close()
+
+    def _leftovers(self, key_dir: Path) -> None:
+        """A guardian dir without guardian.json: a stopped guardian, or a crashed one's locks."""
+        lock = key_dir / "guardian.lock"
+        holders = lock_holders(lock) if lock.exists() else []
+        if holders:
+            self.add("warn", f"{lock} is held by pid {', '.join(map(str, holders))}, which has "
+                     "not announced itself (still starting, or stuck)",
+                     f"kill {' '.join(map(str, holders))}  # if it stays like this")
+        sock = key_dir / "rpc.sock"
+        if sock.exists() and not holders:
+            self.add("info", f"stale socket {sock} of a stopped guardian (harmless; the next "
+                     "guardian replaces it)", f"rm {sock}")
+
+    async def _guardian(self, locator: GuardianLocator, path: Path,
+                        info: dict[str, Any] | None) -> None:
+        if info is None:
+            self.add("action", f"{path} is unreadable or malformed", f"rm {path}")
+            return
+        workspace = info.get("workspace_root", "?")
+        ident = ProcessIdentity.from_dict(info)
+        restart = f"tether guardians restart --workspace {workspace} --yes"
+        if ident is None or not ident.alive():
+            fix = restart if os.path.isdir(str(workspace)) else f"rm {path}"
+            self.add("action", f"stale {path}: guardian pid {info.get('pid')} of {workspace} is "
+                     "gone (its running records become unknown at the next start)", fix)
+            return
+        lock = path.parent / "guardian.lock"
+        holders = lock_holders(lock) if lock.exists() else []
+        if holders and info.get("pid") not in holders:
+            self.add("action", f"{lock} is held by pid {holders}, not by the announced guardian "
+                     f"pid {info.get('pid')}", f"kill {' '.join(map(str, holders))}")
+        paths = GuardianPaths(key=path.parent.name, runtime=path.parent,
+                              state=self.config.state_home / "guardians" / path.parent.name)
+        try:
+            handle = await asyncio.wait_for(locator.existing(paths), 10)
+        except (TetherError, TimeoutError) as exc:
+            message = exc.message if isinstance(exc, TetherError) else "no answer in 10s"
+            self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but its "
+                     f"handshake failed: {message}", f"kill {info.get('pid')}; {restart}")
+            return
+        if handle is None:
+            self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but does "
+                     "not answer", f"kill {info.get('pid')}  # the next call starts a new one")
+            return
+        handle.client.close()
+        latest = known_minor_versions()[-1]
+        caps = ", ".join(sorted(handle.capabilities))
+        if handle.version < latest:
+            self.add("warn", f"guardian of {workspace} (pid {info.get('pid')}) speaks protocol "
+                     f"{handle.version}, older than {latest}: some features answer "
+                     f"capability_missing (it has: {caps})",
+                     f"{restart}  # ends its running terminals; records stay")
+        else:
+            self.add("ok", f"guardian of {workspace}: pid {info.get('pid')}, alive, protocol "
+                     f"{handle.version}, capabilities {caps}")
+        self._sizes(paths, str(workspace))
+
+    def _sizes(self, paths: GuardianPaths, workspace: str) -> None:
+        """Catalog and journals on disk against the retention limits (R17)."""
+        catalog_bytes = sum(p.stat().st_size for p in paths.state.glob("catalog.sqlite3*"))
+        known: set[str] = set()
+        threads = 0
+        over_records: list[str] = []
+        try:
+            db = sqlite3.connect(f"file:{paths.catalog}?mode=ro", uri=True, timeout=5)
+            try:
+                known = {row[0] for row in db.execute("SELECT execution_id FROM executions")}
+                threads = db.execute("SELECT count(*) FROM threads").fetchone()[0]
+                over_records = [row[0] for row in db.execute(
+                    "SELECT thread_id FROM executions GROUP BY thread_id HAVING count(*) > ?",
+                    (THREAD_RECORDS,))]
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            self.add("action", f"catalog {paths.catalog} cannot be read: {exc}",
+                     f"tether guardians restart --workspace {workspace} --yes")
+            return
+        journal_bytes, per_execution, orphans = 0, dict[str, int](), 0
+        for seg in paths.journals.glob("*.seg"):
+            size = seg.stat().st_size
+            journal_bytes += size
+            execution_id = seg.name.split(".")[0]
+            per_execution[execution_id] = per_execution.get(execution_id, 0) + size
+            if execution_id not in known:
+                orphans += size
+        budget = max(1, threads) * THREAD_BYTES
+        level = "ok" if journal_bytes <= budget else "warn"
+        self.add(level, f"{workspace}: catalog {catalog_bytes / 1e6:.1f} MB, {len(known)} records "
+                 f"in {threads} threads; journals {journal_bytes / 1e6:.1f} MB of "
+                 f"{budget / 1e6:.0f} MB allowed ({threads} threads × 16 MiB)",
+                 None if level == "ok" else "retention trims on the next catalog operation; "
+                 "if it stays, restart the guardian")
+        big = [e for e, size in per_execution.items() if size > 2 * EXECUTION_OUTPUT_BYTES]
+        if big:
+            self.add("warn", f"{len(big)} journals hold more than the 1 MiB retained per "
+                     "execution (plus one segment being written)",
+                     f"tether guardians restart --workspace {workspace} --yes")
+        if over_records:
+            self.add("warn", f"threads over {THREAD_RECORDS} records: {', '.join(over_records)}",
+                     "retention prunes them on the next listing (tether ls)")
+        if orphans:
+            self.add("warn", f"{orphans} bytes of journals belong to no record in "
+                     f"{paths.journals}", f"rm those segments: ls {paths.journals}")
+
+    # -- usage log -------------------------------------------------------------------------
+
+    def usage_log(self) -> None:
+        raw = self.env.get("TETHER_USAGE_LOG", "")
+        if not raw:
+            self.add("info", "usage log off (set TETHER_USAGE_LOG=/path/usage.jsonl to record "
+                     "tool calls; `tether report --log` summarises it)")
+            return
+        path = Path(raw).expanduser().absolute()
+        limit = self.env.get("TETHER_USAGE_LOG_MAX_BYTES", "")
+        try:
+            max_bytes = int(limit) if limit else DEFAULT_MAX_BYTES
+        except ValueError:
+            self.add("action", f"TETHER_USAGE_LOG_MAX_BYTES={limit!r} is not a number of bytes",
+                     "export TETHER_USAGE_LOG_MAX_BYTES=16777216")
+            max_bytes = DEFAULT_MAX_BYTES
+        if not path.exists():
+            parent_ok = path.parent.is_dir() and os.access(path.parent, os.W_OK)
+            self.add("ok" if parent_ok else "action",
+                     f"usage log {path} does not exist yet"
+                     + ("" if parent_ok else " and its directory is not writable"),
+                     None if parent_ok else f"mkdir -m 700 -p {path.parent}")
+            return
+        st = path.stat()
+        if st.st_uid != os.getuid():
+            self.add("action", f"usage log {path} is owned by uid {st.st_uid}, not you",
+                     "set TETHER_USAGE_LOG to a file you own")
+        elif stat.S_IMODE(st.st_mode) != 0o600:
+            self.add("action", f"usage log {path} has mode {stat.S_IMODE(st.st_mode):04o}; it "
+                     "must be 0600", f"chmod 600 {path}")
+        else:
+            self.add("ok", f"usage log {path}: {st.st_size / 1e6:.1f} MB of "
+                     f"{max_bytes / 1e6:.1f} MB before rotation (0600)")
+
+    async def run(self) -> None:
+        self.versions()
+        self.private_dir(self.config.state_home, "state dir", "TETHER_HOME")
+        if self.private_dir(self.config.runtime_dir, "runtime dir", "TETHER_RUNTIME_DIR"):
+            for key_dir in sorted(p for p in self.config.runtime_dir.iterdir() if p.is_dir()):
+                st = key_dir.stat()
+                if st.st_mode & 0o077 or st.st_uid != os.getuid():
+                    self.private_dir(key_dir, "guardian runtime dir", "TETHER_RUNTIME_DIR")
+        await self.guardians()
+        self.usage_log()
+
+
+def lock_holders(path: Path) -> list[int]:
+    """Pids holding a lock on ``path``, read from /proc/locks (taking nothing ourselves)."""
+    try:
+        st = path.stat()
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    holders = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if int(inode) == st.st_ino and os.makedev(int(major, 16), int(minor, 16)) == st.st_dev:
+            holders.append(pid)
+    return holders
+
+
+LABELS = {"ok": "ok", "info": "info", "warn": "WARN", "action": "ACTION"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether doctor", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.from_env()
+    except ValueError as exc:
+        print(f"tether doctor: {exc}", file=sys.stderr)
+        return 1
+    doctor = Doctor(config, dict(os.environ))
+    asyncio.run(doctor.run())
+    actions = [f for f in doctor.findings if f.level == "action"]
+    if args.json:
+        print(json.dumps({"findings": [asdict(f) for f in doctor.findings],
+                          "needs_action": len(actions)}, indent=2))
+    else:
+        for finding in doctor.findings:
+            print(f"{LABELS[finding.level]:<6}  {finding.what}")
+            if finding.fix:
+                print(f"        fix: {finding.fix}")
+        print(f"\n{len(actions)} finding(s) need action." if actions else "\nnothing needs action.")
+    return 1 if actions else 0

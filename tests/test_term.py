@@ -1,0 +1,48 @@
+"""Tables and progress for a person's terminal (frontend/person/term.py)."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+from tests.helpers import poll
+from tether.frontend.person.term import Progress, fit, table, width
+
+
+class FakeTTY(io.StringIO):
+    """A stream that says it is a terminal, safe to read while a thread writes."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+        self.lock = threading.Lock()
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            return super().write(text)
+
+    def text(self) -> str:
+        with self.lock:
+            return self.getvalue()
+
+
+def test_table_aligns_by_display_width() -> None:
+    out = table(["ID", "COMMAND"], [["a", "echo 漢字漢字"], ["bb", "ls"]]).splitlines()
+    assert out[1].index("echo") == out[2].index("ls") == out[0].index("COMMAND")
+    cut = table(["ID", "COMMAND"], [["a", "x" * 50]], max_width=20).splitlines()[1]
+    assert width(cut) == 20 and cut.endswith("…")
+    assert width(fit("漢字漢字漢字", 5)) <= 5
+
+
+def test_progress_draws_on_a_terminal_only() -> None:
+    tty = FakeTTY(True)
+    with Progress("waiting for the guardian", stream=tty):
+        poll(lambda: "waiting for the guardian" in tty.text(), what="spinner")
+    assert tty.text().endswith("\r\x1b[K")  # the line is cleared afterwards
+    piped = FakeTTY(False)
+    with Progress("waiting for the guardian", stream=piped) as progress:
+        assert not progress.enabled
+    assert piped.text() == ""
