@@ -200,6 +200,14 @@ class RouterServer:
         """Bind the endpoint. Call only while holding the guardian lock (R2)."""
         self._sock.bind(self.endpoint)
 
+    def rebind(self) -> None:
+        """Listen again at the endpoint (its ipc file was deleted or replaced). Peers already
+        connected keep their connections; new ones can connect again. Only while holding
+        the guardian lock, as for :meth:`bind`."""
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.unbind(self.endpoint)
+        self._sock.bind(self.endpoint)
+
     async def serve(self) -> None:
         """Serve until cancelled."""
         while True:

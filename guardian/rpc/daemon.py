@@ -13,7 +13,9 @@ import logging
 import os
 import secrets
 import signal
+import stat
 import uuid
+from pathlib import Path
 from typing import Any
 
 import filelock
@@ -38,6 +40,9 @@ IMPLEMENTED = frozenset({
     Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT,
     Capability.RECOGNITION, Capability.PROMPT_RECEIPTS, Capability.PERSON_VIEW,
 })
+
+#: How often the guardian checks that its socket file is still its own.
+SOCKET_CHECK_S = 0.5
 
 #: Exit code when another guardian already serves this key (not an error for a racer).
 EXIT_ALREADY_RUNNING = 3
@@ -126,16 +131,18 @@ class Guardian:
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
         serve_task = loop.create_task(server.serve())
         idle_task = loop.create_task(self._idle_watch(manager))
+        socket_task = loop.create_task(self._socket_watch(server))
         log.info("guardian %s serving %s (protocol %s)", self.instance_id, self.workspace_root,
                  self.version)
         await self._stop.wait()
         log.info("guardian stopping: %s", self._stop_reason)
         idle_task.cancel()
+        socket_task.cancel()
         # Answer in-flight requests that are about to finish, then stop listening.
         self._withdraw()
         await manager.shutdown()
         serve_task.cancel()
-        await asyncio.gather(serve_task, idle_task, return_exceptions=True)
+        await asyncio.gather(serve_task, idle_task, socket_task, return_exceptions=True)
         server.close()
         context.term()
         catalog.close()
@@ -175,6 +182,28 @@ class Guardian:
             self._stop_reason = reason
             self._stop.set()
 
+    async def _socket_watch(self, server: RouterServer) -> None:
+        """Bind again when the socket file is deleted or replaced (a cleaner of /tmp, a person).
+
+        Connected front-ends would keep working, but every new one would find nobody at the
+        endpoint although this guardian lives and holds the lock: the workspace would be
+        unreachable until someone killed it by hand.
+        """
+        bound = _file_id(self.paths.socket)
+        while True:
+            await asyncio.sleep(SOCKET_CHECK_S)
+            now = _file_id(self.paths.socket)
+            if now is not None and now == bound:
+                continue
+            log.warning("socket %s was %s; binding it again", self.paths.socket,
+                        "deleted" if now is None else "replaced")
+            try:
+                server.rebind()
+            except zmq.ZMQError as exc:
+                log.error("could not bind %s again: %s", self.paths.endpoint, exc)
+                continue
+            bound = _file_id(self.paths.socket)
+
     async def _idle_watch(self, manager: ExecutionManager) -> None:
         """Exit after the idle period with no request and no running execution (R4)."""
         idle_s = self.config.guardian_idle_s
@@ -185,3 +214,13 @@ class Guardian:
             elif self.clock.monotonic() - self._last_activity >= idle_s:
                 self.request_stop(f"idle for {idle_s:g}s")
                 return
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the socket file at ``path``; None when it is gone or is not a
+    socket (a file put in its place)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None

@@ -1,0 +1,127 @@
+"""Broken sockets and stopped guardians (issue 12, cases 1 and 2), with real processes:
+a clear answer every time, and nothing started by mistake."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from mcp import Client
+
+from tests.helpers import poll, tether_processes
+from tests.mcp_helpers import bash, call_error, execution, initialize, run
+from tether.frontend.server import build_server
+from tether.shared.config import Config
+from tether.shared.paths import guardian_paths
+
+pytestmark = pytest.mark.anyio
+
+
+def tether(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``tether`` console script, as a person runs it."""
+    script = Path(sys.executable).with_name("tether")
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60)
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("damage", ["deleted", "replaced"])
+async def test_lost_socket_is_bound_again(damage: str, tether_env: Config, workspace: Path) -> None:
+    async with Client(build_server(tether_env)) as first:
+        session = await initialize(first, workspace)
+        sock = guardian_paths(tether_env, "local", str(workspace)).socket
+        original = sock.lstat().st_ino
+        sock.unlink()
+        if damage == "replaced":
+            sock.write_text("not a socket")
+        # The front-end already connected keeps working...
+        assert (await run(first, session, "echo still-here"))["output"].strip() == "still-here"
+        # ...and the guardian notices and listens again, so new front-ends reach it too.
+        poll(lambda: _is_socket(sock) and sock.lstat().st_ino != original,
+             what="the guardian to bind its socket again")
+        async with Client(build_server(tether_env)) as second:
+            again = await initialize(second, workspace, session["thread_id"])
+            assert again["guardian"]["instance_id"] == session["guardian"]["instance_id"]
+            assert (await run(second, again, "echo reached"))["output"].strip() == "reached"
+    assert len(tether_processes(tether_env.runtime_dir, "tether-guardian")) == 1
+    status = tether("guardians", "status", "--workspace", str(workspace))
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["answering"] is True
+    stopped = tether("guardians", "stop", "--workspace", str(workspace), "--yes")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not psutil.pid_exists(session["guardian"]["pid"]) or psutil.Process(
+        session["guardian"]["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_stopped_guardian_is_unresponsive_not_a_failed_start(
+    tether_env: Config, workspace: Path
+) -> None:
+    async with Client(build_server(tether_env)) as first:
+        session = await initialize(first, workspace)
+        pid = session["guardian"]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            listed = await execution(first, session, {"type": "list"}, expect_error=True)
+            assert listed["code"] == "guardian_unresponsive", listed
+            assert listed["data"]["process_status"] == "stopped"
+            assert f"kill -CONT {pid}" in listed["message"]
+            async with Client(build_server(tether_env)) as fresh:
+                refused = await call_error(fresh, "BashCommand", {
+                    "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+                    "action_json": {"type": "command", "command": f"touch {workspace}/ran"}})
+                assert refused["code"] == "guardian_unresponsive", refused
+                assert refused["data"]["input_sent"] is False
+            status = tether("guardians", "status", "--workspace", str(workspace))
+            shown = json.loads(status.stdout)
+            assert (shown["alive"], shown["answering"], shown["process_status"]) == (
+                True, False, "stopped")
+            assert len(tether_processes(tether_env.runtime_dir, "tether-guardian")) == 1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # Continued, the same guardian serves again: nothing was started in between.
+        after = (await execution(first, session, {"type": "list"}))["data"]["executions"]
+        assert after == []
+        ran = await run(first, session, "echo back")
+        assert ran["output"].strip() == "back"
+    assert not (workspace / "ran").exists()
+    assert [p.pid for p in tether_processes(tether_env.runtime_dir, "tether-guardian")] == [pid]
+
+
+async def test_guardians_stop_by_identity_when_it_does_not_answer(
+    tether_env: Config, workspace: Path
+) -> None:
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        sleeper = await bash(client, session, {"type": "command", "command": "sleep 60",
+                                               "is_background": True})
+    pid = session["guardian"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    asked = tether("guardians", "stop", "--workspace", str(workspace))
+    assert asked.returncode == 2
+    assert "does not answer" in asked.stdout and f"pid {pid}" in asked.stdout
+    assert psutil.Process(pid).status() == psutil.STATUS_STOPPED  # asking changed nothing
+    stopped = tether("guardians", "stop", "--workspace", str(workspace), "--yes")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "SIGTERM" in stopped.stdout and "SIGKILL" not in stopped.stdout
+    poll(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+         what="the guardian to exit")
+    # A clean shutdown (SIGTERM after SIGCONT): the running record was finalised by it.
+    async with Client(build_server(tether_env)) as client:
+        again = await initialize(client, workspace, session["thread_id"])
+        record = (await execution(client, again, {
+            "type": "get", "execution_id": sleeper["execution_id"]}))["data"]["execution"]
+        # (hung up: it exited, or its end was not seen within the grace period)
+        assert record["status"] in ("exited", "unknown")
+        assert record["reason"] != "guardian_lost"  # finalised by the guardian, not reconciled
