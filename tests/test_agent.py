@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
 from mcp import Client
@@ -32,6 +34,19 @@ async def _agent(client: Client, session: dict[str, Any], args: dict[str, Any],
     if error:
         return await call_error(client, "Agent", full)
     return await call(client, "Agent", full)
+
+
+async def _until_state(client: Client, session: dict[str, Any], eid: str, state: str,
+                       timeout: float = 10.0) -> None:
+    """Poll ``explain`` (claude rules) until the screen is recognised as ``state``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        explained = (await execution(client, session, {"type": "explain", "execution_id": eid,
+                                                       "recognizer": "claude"}))["data"]
+        if explained["recognition"]["state"] == state:
+            return
+        assert time.monotonic() < deadline, f"never recognised {state}: {explained}"
+        await anyio.sleep(0.02)
 
 
 async def _start_fake(client: Client, session: dict[str, Any], log: Path,
@@ -92,6 +107,8 @@ async def test_prompt_is_delivered_once(client: Client, workspace: Path, tmp_pat
 
     await _agent(client, session, {**prompt, "prompt_id": "p2", "text": "long job",
                                    "timeout_seconds": 0})
+    # p2 returns once Enter is typed; the fake redraws as busy a moment later.
+    await _until_state(client, session, eid, "busy")
     busy = await _agent(client, session, {**prompt, "prompt_id": "p3", "text": "too early"},
                         error=True)
     assert busy["code"] == "input_not_ready" and busy["data"]["input_sent"] is False

@@ -29,8 +29,11 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import MAX_PROMPT_BYTES, AgentPromptParams, AgentReceiptParams
 
 if TYPE_CHECKING:
-    from tether.guardian.runtime.executions import ExecutionManager
-    from tether.guardian.runtime.live import LiveExecution
+    from tether.guardian.runtime.live import LiveExecution, LiveTable
+    from tether.guardian.runtime.notify import ChangeNotifier
+    from tether.guardian.runtime.scope import Scope
+    from tether.shared.catalog import Catalog
+    from tether.shared.clock import Clock
 
 MAX_RECEIPTS_PER_GENERATION = 64
 ACTIVITY_STATES = frozenset({"busy", "awaiting_approval"})
@@ -44,16 +47,23 @@ def _screen_digest(live: LiveExecution) -> str:
 
 
 class PromptDesk:
-    """``agent.prompt`` and ``agent.receipt`` over one execution manager."""
+    """``agent.prompt`` and ``agent.receipt`` over this guardian's executions."""
 
-    def __init__(self, manager: ExecutionManager) -> None:
-        self.m = manager
+    def __init__(
+        self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier,
+        clock: Clock,
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._live = live
+        self._notifier = notifier
+        self._clock = clock
 
     def handlers(self) -> dict[str, Any]:
         return {"agent.prompt": self.prompt, "agent.receipt": self.receipt}
 
     async def prompt(self, request: Request, params: AgentPromptParams) -> dict[str, Any]:
-        self.m.thread_for(params)
+        self._scope.thread_for(params)
         size = len(params.text.encode())
         if size > MAX_PROMPT_BYTES:
             raise TetherError(
@@ -62,8 +72,8 @@ class PromptDesk:
                 {"input_sent": False, "limit": MAX_PROMPT_BYTES},
             )
         payload = hashlib.sha256(params.text.encode()).hexdigest()
-        catalog = self.m.catalog
-        record = self.m.record_for(params, params.execution_id)
+        catalog = self._catalog
+        record = self._scope.record_for(params, params.execution_id)
         stored = catalog.get_receipt(params.execution_id, params.prompt_id)
         if stored is not None:
             if stored[0] != payload:
@@ -74,7 +84,7 @@ class PromptDesk:
                     {"input_sent": False},
                 )
             return {"receipt": stored[1], "replayed": True, "input_sent": False}
-        live = self.m.live.get(params.execution_id)
+        live = self._live.get(params.execution_id)
         if live is None:
             raise TetherError(
                 ErrorCode.NOT_RUNNING,
@@ -112,31 +122,31 @@ class PromptDesk:
                 "output_activity_seq": live.activity_seq,
                 "screen_sha256": _screen_digest(live),
                 "state": decision.state,
-                "at_unix_ms": self.m.clock.now_ms(),
+                "at_unix_ms": self._clock.now_ms(),
             },
-            "observed_at_unix_ms": self.m.clock.now_ms(),
+            "observed_at_unix_ms": self._clock.now_ms(),
         }
         # Persisted before the first byte: a crash mid-delivery leaves an honest record.
         catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
         await self._type(live, params.text)
         receipt["delivered"] = True
-        receipt["observed_at_unix_ms"] = self.m.clock.now_ms()
+        receipt["observed_at_unix_ms"] = self._clock.now_ms()
         catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
         await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return {"receipt": receipt, "replayed": False, "input_sent": True}
 
     async def receipt(self, request: Request, params: AgentReceiptParams) -> dict[str, Any]:
         """The stored receipt, observed further for up to ``timeout_ms`` while still live."""
-        self.m.thread_for(params)
-        record = self.m.record_for(params, params.execution_id)
-        stored = self.m.catalog.get_receipt(params.execution_id, params.prompt_id)
+        self._scope.thread_for(params)
+        record = self._scope.record_for(params, params.execution_id)
+        stored = self._catalog.get_receipt(params.execution_id, params.prompt_id)
         if stored is None:
             raise TetherError(
                 ErrorCode.NOT_FOUND,
                 f"no receipt for prompt_id {params.prompt_id!r} on this execution",
             )
         payload, receipt = stored
-        live = self.m.live.get(params.execution_id)
+        live = self._live.get(params.execution_id)
         if live is not None and live.generation == receipt["generation"] and receipt["delivered"]:
             await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return {"receipt": receipt, "replayed": True, "input_sent": False}
@@ -156,7 +166,7 @@ class PromptDesk:
             await live.runtime.write(text.encode(), timeout_s=5.0)
             deadline = loop.time() + ECHO_WAIT_S
             while live.activity_seq == before and loop.time() < deadline:
-                await self.m.notifier.wait(deadline - loop.time())
+                await self._notifier.wait(deadline - loop.time())
             await live.runtime.write(b"\r", timeout_s=5.0)
         except (OSError, TimeoutError) as exc:
             raise TetherError(
@@ -185,8 +195,8 @@ class PromptDesk:
             receipt["state"] = decision.state
             if receipt["wait_reached"] or live.done.is_set() or loop.time() >= deadline:
                 break
-            await self.m.notifier.wait(deadline - loop.time())
-        receipt["observed_at_unix_ms"] = self.m.clock.now_ms()
-        self.m.catalog.put_receipt(
+            await self._notifier.wait(deadline - loop.time())
+        receipt["observed_at_unix_ms"] = self._clock.now_ms()
+        self._catalog.put_receipt(
             receipt["execution_id"], receipt["prompt_id"], receipt["generation"], payload, receipt
         )

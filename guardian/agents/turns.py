@@ -11,8 +11,10 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecExplainParams, ExecWaitTurnParams
 
 if TYPE_CHECKING:
-    from tether.guardian.runtime.executions import ExecutionManager
-    from tether.guardian.runtime.live import LiveExecution
+    from tether.guardian.runtime.live import LiveExecution, LiveTable
+    from tether.guardian.runtime.notify import ChangeNotifier
+    from tether.guardian.runtime.scope import Scope
+    from tether.shared.catalog import Catalog
 
 READY_STATES = frozenset({"awaiting_input", "awaiting_approval"})
 
@@ -42,20 +44,25 @@ def recognize_record(
 
 
 class Turns:
-    """``exec.explain`` and ``exec.wait_turn`` over one execution manager."""
+    """``exec.explain`` and ``exec.wait_turn`` over this guardian's executions."""
 
-    def __init__(self, manager: ExecutionManager) -> None:
-        self.m = manager
+    def __init__(
+        self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._live = live
+        self._notifier = notifier
 
     def handlers(self) -> dict[str, Any]:
         return {"exec.explain": self.explain, "exec.wait_turn": self.wait_turn}
 
     async def explain(self, request: Request, params: ExecExplainParams) -> dict[str, Any]:
         """The whole recognition decision: recognizer, state, rule, priority, reason."""
-        self.m.thread_for(params)
-        record = self.m.record_for(params, params.execution_id)
+        self._scope.thread_for(params)
+        record = self._scope.record_for(params, params.execution_id)
         decision, observation = recognize_record(
-            record, self.m.live.get(params.execution_id), params.recognizer
+            record, self._live.get(params.execution_id), params.recognizer
         )
         return {"execution_id": params.execution_id, "recognition": decision.to_dict(),
                 "observation": observation}
@@ -63,9 +70,9 @@ class Turns:
     async def wait_turn(self, request: Request, params: ExecWaitTurnParams) -> dict[str, Any]:
         """Wait until the program waits for input (or approval) and its output has been quiet
         for ``quiet_ms``; or it exits; or the timeout passes."""
-        self.m.thread_for(params)
-        record = self.m.record_for(params, params.execution_id)
-        live = self.m.live.get(params.execution_id)
+        self._scope.thread_for(params)
+        record = self._scope.record_for(params, params.execution_id)
+        live = self._live.get(params.execution_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.timeout_ms / 1000
         quiet_s = params.quiet_ms / 1000
@@ -80,7 +87,7 @@ class Turns:
                 # Ready now: it must stay quiet for quiet_ms to count as the end of a turn.
                 quiet_until = min(deadline, loop.time() + quiet_s)
                 while live.activity_seq == seen and loop.time() < quiet_until:
-                    await self.m.notifier.wait(quiet_until - loop.time())
+                    await self._notifier.wait(quiet_until - loop.time())
                 if live.activity_seq == seen and loop.time() >= quiet_until and quiet_until <= deadline:
                     decision, _ = recognize_record(record, live, params.recognizer)
                     if decision.state in READY_STATES:
@@ -89,7 +96,7 @@ class Turns:
             if loop.time() >= deadline:
                 break
             if live.activity_seq == seen:
-                await self.m.notifier.wait(deadline - loop.time())
-        record = self.m.catalog.get_execution(params.execution_id) or record
+                await self._notifier.wait(deadline - loop.time())
+        record = self._catalog.get_execution(params.execution_id) or record
         return {"outcome": outcome, "recognition": decision.to_dict(),
-                "execution": self.m.view(record)}
+                "execution": self._live.view(record)}

@@ -16,15 +16,25 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams, ThreadOpenParams
 
 if TYPE_CHECKING:
-    from tether.guardian.runtime.executions import ExecutionManager
-    from tether.guardian.runtime.live import LiveExecution
+    from tether.guardian.history.retention import Retention
+    from tether.guardian.runtime.live import LiveExecution, LiveTable
+    from tether.guardian.runtime.scope import Scope
+    from tether.guardian.runtime.threads import Threads
+    from tether.shared.catalog import Catalog
 
 
 class Inspector:
-    """Read-only views over one execution manager."""
+    """Read-only views over this guardian's threads and executions."""
 
-    def __init__(self, manager: ExecutionManager) -> None:
-        self.m = manager
+    def __init__(
+        self, *, scope: Scope, catalog: Catalog, live: LiveTable, threads: Threads,
+        retention: Retention,
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._live = live
+        self._threads = threads
+        self._retention = retention
 
     def handlers(self) -> dict[str, Any]:
         return {"exec.screen": self.screen, "exec.list": self.list_records,
@@ -33,8 +43,8 @@ class Inspector:
     async def screen(self, request: Request, params: ExecScreenParams) -> dict[str, Any]:
         """The current screen of an execution, or of the thread's main shell."""
         if params.execution_id is None:
-            thread = self.m.thread_for(params)
-            shell = self.m.shells.get(thread["thread_id"])
+            thread = self._scope.thread_for(params)
+            shell = self._threads.shell(thread["thread_id"])
             if shell is None or not shell.alive:
                 # Looking must not start a shell (a new generation): report that none runs.
                 return {"execution_id": None, "live": False, "shell_running": False,
@@ -42,9 +52,9 @@ class Inspector:
             snap = shell.screen.snapshot()
             execution_id = shell.current.execution_id if shell.current else None
         else:
-            record = self.m.record_for(params, params.execution_id)
+            record = self._scope.record_for(params, params.execution_id)
             execution_id = params.execution_id
-            live = self.m.live.get(params.execution_id)
+            live = self._live.get(params.execution_id)
             if live is None:
                 text = record.get("screen_text") or ""
                 lines = text.split("\n")
@@ -70,9 +80,9 @@ class Inspector:
 
     def thread_status(self, params: ThreadOpenParams) -> dict[str, Any]:
         """A thread as it is, for ``Initialize {type: status}``: nothing is started."""
-        thread = self.m.catalog.get_thread(params.thread_id) if params.thread_id else None
+        thread = self._catalog.get_thread(params.thread_id) if params.thread_id else None
         if params.thread_id is not None and (
-            thread is None or thread["workspace_root"] != self.m.workspace_root
+            thread is None or thread["workspace_root"] != self._scope.workspace_root
             or thread["principal"] != params.principal
         ):
             raise TetherError(
@@ -80,11 +90,11 @@ class Inspector:
                 f"no thread {params.thread_id!r} in this workspace; call Initialize without "
                 "thread_id to start a new one",
             )
-        shell = self.m.shells.get(params.thread_id) if params.thread_id else None
+        shell = self._threads.shell(params.thread_id) if params.thread_id else None
         running = shell is not None and shell.alive
         return {
             "thread_id": params.thread_id,
-            "workspace_root": self.m.workspace_root,
+            "workspace_root": self._scope.workspace_root,
             "reattached": False,
             "shell_running": running,
             "generation": shell.generation if shell is not None and running else (
@@ -93,20 +103,20 @@ class Inspector:
         }
 
     async def list_records(self, request: Request, params: ExecListParams) -> dict[str, Any]:
-        self.m.thread_for(params)
-        self.m.retention.prune_thread(params.thread_id, protect=set(self.m.live))
-        records = self.m.catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
+        self._scope.thread_for(params)
+        self._retention.prune_thread(params.thread_id, protect=self._live.protected())
+        records = self._catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
         if params.agents_only:
             records = [r for r in records
                        if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
         return {
-            "executions": [self.m.view(r) for r in records],
-            "catalog_cursor": self.m.catalog.change_seq(),
+            "executions": [self._live.view(r) for r in records],
+            "catalog_cursor": self._catalog.change_seq(),
         }
 
     async def get_record(self, request: Request, params: ExecGetParams) -> dict[str, Any]:
-        self.m.thread_for(params)
-        return {"execution": self.m.view(self.m.record_for(params, params.execution_id))}
+        self._scope.thread_for(params)
+        return {"execution": self._live.view(self._scope.record_for(params, params.execution_id))}
 
     def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
         """The detection snapshot: the recognition decision and the screen it looked at."""
@@ -119,8 +129,8 @@ class Inspector:
         """Recognized state of each live execution among ``execution_ids``."""
         states: dict[str, str] = {}
         for execution_id in execution_ids:
-            live = self.m.live.get(execution_id)
-            record = self.m.catalog.get_execution(execution_id) if live else None
+            live = self._live.get(execution_id)
+            record = self._catalog.get_execution(execution_id) if live else None
             if live is not None and record is not None:
                 states[execution_id] = recognize_record(record, live)[0].state
         return states

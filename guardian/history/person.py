@@ -11,7 +11,6 @@ plain request/response (R5). ``person.input`` types what a person typed in ``tet
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.turns import recognize_record
@@ -27,20 +26,31 @@ from tether.protocol.methods import (
 )
 
 if TYPE_CHECKING:
-    from tether.guardian.runtime.executions import ExecutionManager
+    from tether.guardian.history.retention import Retention
+    from tether.guardian.rpc.idempotency import IdempotencyLedger
+    from tether.guardian.runtime.live import LiveTable
+    from tether.guardian.runtime.notify import ChangeNotifier
+    from tether.guardian.runtime.scope import Scope
+    from tether.guardian.runtime.threads import Threads
+    from tether.shared.catalog import Catalog
 
 #: How long typing a person's bytes may wait for the program to read its input.
 INPUT_WRITE_TIMEOUT_S = 5.0
 
-Idempotent = Callable[..., Awaitable[dict[str, Any]]]
-
-
 class PersonDesk:
-    """Handlers for a person's commands over one execution manager."""
+    """Handlers for a person's commands over this guardian's whole workspace."""
 
-    def __init__(self, manager: ExecutionManager, idempotent: Idempotent) -> None:
-        self.m = manager
-        self._idempotent = idempotent
+    def __init__(
+        self, *, scope: Scope, catalog: Catalog, live: LiveTable, threads: Threads,
+        retention: Retention, notifier: ChangeNotifier, ledger: IdempotencyLedger,
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._live = live
+        self._threads = threads
+        self._retention = retention
+        self._notifier = notifier
+        self._ledger = ledger
 
     def handlers(self) -> dict[str, Any]:
         return {"workspace.list": self.list_workspace, "exec.describe": self.describe,
@@ -49,17 +59,17 @@ class PersonDesk:
     # -- scope -----------------------------------------------------------------------------
 
     def _check(self, params: WorkspaceScoped) -> None:
-        if (params.principal, params.workspace_root) != (self.m.principal, self.m.workspace_root):
+        if (params.principal, params.workspace_root) != (self._scope.principal, self._scope.workspace_root):
             raise TetherError(
                 ErrorCode.SESSION_MISMATCH,
-                f"this guardian serves {self.m.workspace_root!r} for principal "
-                f"{self.m.principal!r}, not {params.workspace_root!r} for {params.principal!r}",
+                f"this guardian serves {self._scope.workspace_root!r} for principal "
+                f"{self._scope.principal!r}, not {params.workspace_root!r} for {params.principal!r}",
                 {"input_sent": False},
             )
 
     def _record(self, params: WorkspaceScoped, execution_id: str) -> dict[str, Any]:
         self._check(params)
-        record = self.m.catalog.get_execution(execution_id)
+        record = self._catalog.get_execution(execution_id)
         if record is None:
             raise TetherError(
                 ErrorCode.NOT_FOUND,
@@ -68,42 +78,38 @@ class PersonDesk:
             )
         return record
 
-    def _journal(self, execution_id: str) -> Journal:
-        live = self.m.live.get(execution_id)
-        return live.journal if live is not None else Journal(self.m.paths.journals, execution_id)
-
     # -- listing and describing ------------------------------------------------------------
 
     async def list_workspace(self, request: Request, params: WorkspaceListParams) -> dict[str, Any]:
         """Threads (with their main shells) and the newest records of every thread."""
         self._check(params)
         threads = []
-        for thread in self.m.catalog.list_threads():
-            self.m.retention.prune_thread(thread["thread_id"], protect=set(self.m.live))
-            shell = self.m.shells.get(thread["thread_id"])
+        for thread in self._catalog.list_threads():
+            self._retention.prune_thread(thread["thread_id"], protect=self._live.protected())
+            shell = self._threads.shell(thread["thread_id"])
             threads.append({**thread, "shell_alive": bool(shell and shell.alive),
                             "shell_busy": bool(shell and shell.busy)})
-        records = self.m.catalog.list_workspace_executions(params.limit)
+        records = self._catalog.list_workspace_executions(params.limit)
         return {
-            "principal": self.m.principal,
-            "workspace_root": self.m.workspace_root,
+            "principal": self._scope.principal,
+            "workspace_root": self._scope.workspace_root,
             "threads": threads,
-            "executions": [self.m.view(r) for r in records],
-            "counts": self.m.catalog.count_executions(),
-            "catalog_cursor": self.m.catalog.change_seq(),
+            "executions": [self._live.view(r) for r in records],
+            "counts": self._catalog.count_executions(),
+            "catalog_cursor": self._catalog.change_seq(),
         }
 
     async def describe(self, request: Request, params: ExecDescribeParams) -> dict[str, Any]:
         """The whole record, its recognition, receipts, and agent and person events."""
         record = self._record(params, params.execution_id)
-        live = self.m.live.get(params.execution_id)
+        live = self._live.get(params.execution_id)
         result: dict[str, Any] = {
-            "execution": self.m.view(record),
-            "thread": self.m.catalog.get_thread(record["thread_id"]),
+            "execution": self._live.view(record),
+            "thread": self._catalog.get_thread(record["thread_id"]),
             "live": live is not None,
-            "receipts": self.m.catalog.list_receipts(params.execution_id),
-            "agent_events": self.m.catalog.agent_events(params.execution_id),
-            "person_events": self.m.catalog.person_events(params.execution_id),
+            "receipts": self._catalog.list_receipts(params.execution_id),
+            "agent_events": self._catalog.agent_events(params.execution_id),
+            "person_events": self._catalog.person_events(params.execution_id),
         }
         try:
             decision, observation = recognize_record(record, live)
@@ -118,8 +124,8 @@ class PersonDesk:
 
     async def stream(self, request: Request, params: ExecStreamParams) -> dict[str, Any]:
         record = self._record(params, params.execution_id)
-        live = self.m.live.get(params.execution_id)
-        journal = live.journal if live is not None else self._journal(params.execution_id)
+        live = self._live.get(params.execution_id)
+        journal = self._live.journal(params.execution_id)
         if params.screen:
             return self._screen(record, live, journal)
         offset = journal.start if params.offset is None else params.offset
@@ -133,21 +139,21 @@ class PersonDesk:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + params.timeout_ms / 1000
             while journal.end <= offset and not live.done.is_set() and loop.time() < deadline:
-                seen = self.m.notifier.seq  # checked above with no await since: nothing lost
-                await self.m.notifier.wait(deadline - loop.time(), output=True, since=seen)
+                seen = self._notifier.seq  # checked above with no await since: nothing lost
+                await self._notifier.wait(deadline - loop.time(), output=True, since=seen)
             # Each reply costs the guardian about a millisecond: batch a fast stream, but
             # return as soon as min_bytes are there (retention keeps only 1 MiB).
             linger = min(deadline, loop.time() + params.linger_ms / 1000)
             while (journal.end - offset < params.min_bytes and not live.done.is_set()
                    and loop.time() < linger):
-                seen = self.m.notifier.seq
-                await self.m.notifier.wait(linger - loop.time(), output=True, since=seen)
+                seen = self._notifier.seq
+                await self._notifier.wait(linger - loop.time(), output=True, since=seen)
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
         data = journal.read(offset, params.max_bytes)
-        still_live = self.m.live.get(params.execution_id)
+        still_live = self._live.get(params.execution_id)
         if still_live is None:  # it may have ended while we waited: the status changed
-            record = self.m.catalog.get_execution(params.execution_id) or record
+            record = self._catalog.get_execution(params.execution_id) or record
         return {
             **self._figures(record, still_live is not None, journal),
             "data": data,
@@ -191,13 +197,13 @@ class PersonDesk:
 
     async def person_input(self, request: Request, params: PersonInputParams) -> dict[str, Any]:
         self._record(params, params.execution_id)
-        return await self._idempotent(params.principal, params.idempotency_key, request, params,
-                                      lambda: self._type(params))
+        return await self._ledger.once(params.principal, params.idempotency_key,
+                                       request.method, params, lambda: self._type(params))
 
     async def _type(self, params: PersonInputParams) -> dict[str, Any]:
-        live = self.m.live.get(params.execution_id)
+        live = self._live.get(params.execution_id)
         if live is None:
-            record = self.m.catalog.get_execution(params.execution_id) or {}
+            record = self._catalog.get_execution(params.execution_id) or {}
             raise TetherError(
                 ErrorCode.NOT_RUNNING,
                 f"execution {params.execution_id} is {record.get('status')}; nothing was typed",
@@ -219,6 +225,6 @@ class PersonDesk:
         finally:
             if written:
                 # That a person typed, once per attach session: never what they typed.
-                self.m.catalog.add_person_event(params.execution_id, "person_typed",
+                self._catalog.add_person_event(params.execution_id, "person_typed",
                                                 params.attach_id)
         return {"execution_id": params.execution_id, "input_sent": True, "bytes": written}

@@ -14,7 +14,6 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
@@ -23,7 +22,11 @@ from tether.shared.cursors import CursorSigner, load_secret
 
 if TYPE_CHECKING:
     from tether.guardian.history.inspection import Inspector
-    from tether.guardian.runtime.executions import ExecutionManager
+    from tether.guardian.runtime.live import LiveTable
+    from tether.guardian.runtime.notify import ChangeNotifier
+    from tether.guardian.runtime.scope import Scope
+    from tether.shared.catalog import Catalog
+    from tether.shared.paths import GuardianPaths
 
 MAX_OBSERVE_ITEMS = 32
 MIN_PAGE, MAX_PAGE = 4, 65_536
@@ -69,49 +72,51 @@ def _sequence_complete(seq: bytes) -> bool:
 
 
 class History:
-    """Read-side handlers over one execution manager."""
+    """Read-side handlers over this guardian's executions."""
 
-    def __init__(self, manager: ExecutionManager, inspector: Inspector) -> None:
-        self.m = manager
+    def __init__(
+        self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier,
+        paths: GuardianPaths, inspector: Inspector,
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._live = live
+        self._notifier = notifier
         self.inspector = inspector
-        self.signer = CursorSigner(load_secret(manager.paths.state / "cursor.key"))
+        self.signer = CursorSigner(load_secret(paths.state / "cursor.key"))
 
     def handlers(self) -> dict[str, Callable[[Request, Any], Awaitable[dict[str, Any]]]]:
         return {"exec.read": self.read, "exec.observe": self.observe, "exec.wait": self.wait}
 
     # -- read ------------------------------------------------------------------------------
 
-    def _scope(self, params: Scoped, execution_id: str, source: str) -> dict[str, str]:
+    def _cursor_scope(self, params: Scoped, execution_id: str, source: str) -> dict[str, str]:
         return {
             "p": params.principal, "w": params.workspace_root, "t": params.thread_id,
             "e": execution_id, "s": source,
         }
 
     async def read(self, request: Request, params: ExecReadParams) -> dict[str, Any]:
-        self.m.thread_for(params)
-        record = self.m.record_for(params, params.execution_id)
+        self._scope.thread_for(params)
+        record = self._scope.record_for(params, params.execution_id)
         page = self._page(params, record, params.source, params.page_bytes, params.cursor)
-        return {**page, "execution": self.m.view(record)}
+        return {**page, "execution": self._live.view(record)}
 
     def _page(
         self, params: Scoped, record: dict[str, Any], source: str, page_bytes: int,
         cursor: str | None,
     ) -> dict[str, Any]:
-        scope = self._scope(params, record["execution_id"], source)
+        scope = self._cursor_scope(params, record["execution_id"], source)
         state = self.signer.verify(cursor, scope) if cursor else {}
         if source == "output":
             return self._output_page(record, scope, page_bytes, state)
         return self._snapshot_page(record, scope, source, page_bytes, state)
 
-    def _journal(self, execution_id: str) -> Journal:
-        live = self.m.live.get(execution_id)
-        return live.journal if live is not None else Journal(self.m.paths.journals, execution_id)
-
     def _output_page(
         self, record: dict[str, Any], scope: dict[str, str], page_bytes: int,
         state: dict[str, Any],
     ) -> dict[str, Any]:
-        journal = self._journal(record["execution_id"])
+        journal = self._live.journal(record["execution_id"])
         offset = int(state.get("o", 0))  # no cursor: from the stream's very first byte
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
@@ -131,7 +136,7 @@ class History:
         return page
 
     def _snapshot_text(self, record: dict[str, Any], source: str) -> str:
-        live = self.m.live.get(record["execution_id"])
+        live = self._live.get(record["execution_id"])
         if source == "screen":
             if live is not None:
                 return live.screen.snapshot().text
@@ -167,7 +172,7 @@ class History:
 
     async def observe(self, request: Request, params: ExecObserveParams) -> dict[str, Any]:
         _validate_observe(params)
-        self.m.thread_for(params)
+        self._scope.thread_for(params)
         loop = asyncio.get_running_loop()
         budget = params.timeout_ms / 1000 or ZERO_TIMEOUT_BUDGET_S
         deadline = loop.time() + budget
@@ -179,7 +184,7 @@ class History:
             if item.execution_id in refreshed or item.source == "output":
                 continue
             refreshed.add(item.execution_id)
-            live = self.m.live.get(item.execution_id)
+            live = self._live.get(item.execution_id)
             if live is not None and live.thread_id == params.thread_id:
                 try:
                     live.screen.snapshot()
@@ -192,8 +197,8 @@ class History:
                     ErrorCode.DEADLINE_EXPIRED,
                     f"observe did not finish within its {budget:g}s deadline",
                 )
-        with self.m.catalog.snapshot():
-            records = self.m.catalog.get_executions(
+        with self._catalog.snapshot():
+            records = self._catalog.get_executions(
                 sorted({item.execution_id for item in params.items})
             )
             for item, out in zip(params.items, items, strict=True):
@@ -206,7 +211,7 @@ class History:
                     out["execution"] = None
                     out["status"] = "error"
                     continue
-                view = self.m.view(record)
+                view = self._live.view(record)
                 out["execution"] = {k: view.get(k) for k in _COMPACT_FIELDS}
                 try:
                     out["page"] = self._page(
@@ -217,7 +222,7 @@ class History:
                         {"stage": "read", "code": err.code.value, "message": err.message}
                     )
                 out["status"] = "error" if out["errors"] else "ok"
-            catalog_cursor = self.m.catalog.change_seq()
+            catalog_cursor = self._catalog.change_seq()
         issues = any(out["errors"] for out in items)
         result: dict[str, Any] = {"items": items, "catalog_cursor": catalog_cursor}
         if issues:
@@ -227,7 +232,7 @@ class History:
     # -- wait ------------------------------------------------------------------------------
 
     async def wait(self, request: Request, params: ExecWaitParams) -> dict[str, Any]:
-        self.m.thread_for(params)
+        self._scope.thread_for(params)
         ids = list(dict.fromkeys(params.execution_ids))
         scope = {"p": params.principal, "w": params.workspace_root, "t": params.thread_id,
                  "e": ",".join(sorted(ids)), "s": "wait"}
@@ -241,7 +246,7 @@ class History:
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
             wants_output = bool(events & (_RECOGNIZER_EVENTS | {"output"}))
-            await self.m.notifier.wait(deadline - loop.time(), output=wants_output)
+            await self._notifier.wait(deadline - loop.time(), output=wants_output)
         if outcome is None:
             outcome = ("timeout", [])
         kind, changed = outcome
@@ -252,21 +257,21 @@ class History:
         }
 
     def _baseline(self, ids: list[str]) -> dict[str, Any]:
-        records = self.m.catalog.get_executions(ids)
-        ends = {eid: self.m.view(r)["output_end"] for eid, r in records.items()}
+        records = self._catalog.get_executions(ids)
+        ends = {eid: self._live.view(r)["output_end"] for eid, r in records.items()}
         # Recognition states are always in the cursor, so a cursor taken without recognizer
         # events still works as a baseline for a later wait that asks for them.
-        return {"seq": self.m.catalog.change_seq(), "out": ends,
+        return {"seq": self._catalog.change_seq(), "out": ends,
                 "rec": self.inspector.recognition_states(ids)}
 
     def _changes(
         self, params: ExecWaitParams, ids: list[str], baseline: dict[str, Any], events: set[str]
     ) -> tuple[str, list[dict[str, Any]]] | None:
-        records = self.m.catalog.get_executions(ids)
+        records = self._catalog.get_executions(ids)
         known = baseline.get("out", {})
         if any(eid in known and eid not in records for eid in ids):
             return "resync", []  # a watched record was pruned since the cursor
-        if int(baseline.get("seq", 0)) > self.m.catalog.change_seq():
+        if int(baseline.get("seq", 0)) > self._catalog.change_seq():
             return "resync", []
         missing = [eid for eid in ids if eid not in records or records[eid]["thread_id"] != params.thread_id]
         if missing:
@@ -280,7 +285,7 @@ class History:
         rec_now = self.inspector.recognition_states(ids) if events & _RECOGNIZER_EVENTS else {}
         for eid in ids:
             record = records[eid]
-            view = self.m.view(record)
+            view = self._live.view(record)
             hit = False
             persisted_change = int(record["change_seq"]) > int(baseline.get("seq", 0))
             if persisted_change and "state" in events:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.guardian.history.journal import Journal
-from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.terminal.render import render_output
+
+if TYPE_CHECKING:
+    from tether.guardian.runtime.live import LiveExecution
 
 #: Raw bytes of the journal tail rendered into a BashCommand result, and the text kept.
 RESULT_TAIL_BYTES = 64 * 1024

@@ -23,7 +23,8 @@ import zmq
 import zmq.asyncio
 
 from tether.guardian.rpc.service import GuardianService
-from tether.guardian.runtime.executions import ExecutionManager, process_env
+from tether.guardian.runtime.assembly import Runtime
+from tether.guardian.runtime.threads import process_env
 from tether.protocol.transport import RouterServer
 from tether.protocol.versions import Capability, Version, capabilities_for, current_version
 from tether.shared.catalog import Catalog
@@ -98,7 +99,7 @@ class Guardian:
         lost = reconcile_lost(catalog, self.paths.journals, except_owner=self.instance_id)
         if lost:
             log.warning("records of an earlier guardian marked unknown: %s", lost)
-        manager = ExecutionManager(
+        runtime = Runtime.build(
             catalog=catalog,
             paths=self.paths,
             principal=self.principal,
@@ -111,7 +112,7 @@ class Guardian:
         assert identity is not None
         auth = secrets.token_hex(32)
         service = GuardianService(
-            manager=manager,
+            runtime=runtime,
             instance_id=self.instance_id,
             identity=identity.to_dict(),
             auth_token=auth,
@@ -130,7 +131,7 @@ class Guardian:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
         serve_task = loop.create_task(server.serve())
-        idle_task = loop.create_task(self._idle_watch(manager))
+        idle_task = loop.create_task(self._idle_watch(runtime))
         socket_task = loop.create_task(self._socket_watch(server))
         log.info("guardian %s serving %s (protocol %s)", self.instance_id, self.workspace_root,
                  self.version)
@@ -140,7 +141,7 @@ class Guardian:
         socket_task.cancel()
         # Answer in-flight requests that are about to finish, then stop listening.
         self._withdraw()
-        await manager.shutdown()
+        await runtime.shutdown()
         serve_task.cancel()
         await asyncio.gather(serve_task, idle_task, socket_task, return_exceptions=True)
         server.close()
@@ -204,12 +205,12 @@ class Guardian:
                 continue
             bound = _file_id(self.paths.socket)
 
-    async def _idle_watch(self, manager: ExecutionManager) -> None:
+    async def _idle_watch(self, runtime: Runtime) -> None:
         """Exit after the idle period with no request and no running execution (R4)."""
         idle_s = self.config.guardian_idle_s
         while True:
             await asyncio.sleep(min(max(idle_s / 4, 0.05), 60.0))
-            if manager.has_running_work():
+            if runtime.has_running_work():
                 self._touch()
             elif self.clock.monotonic() - self._last_activity >= idle_s:
                 self.request_stop(f"idle for {idle_s:g}s")

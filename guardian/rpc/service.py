@@ -7,21 +7,20 @@ any handler runs, so a refused request never acts.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
 from tether.guardian.history.inspection import Inspector
 from tether.guardian.history.person import PersonDesk
 from tether.guardian.history.reads import History
-from tether.guardian.runtime.executions import ExecutionManager
+from tether.guardian.rpc.idempotency import IdempotencyLedger
+from tether.guardian.runtime.assembly import Runtime
 from tether.protocol import codec
 from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
 from tether.protocol.errors import ErrorCode, TetherError
@@ -50,12 +49,12 @@ REPLY_MARGIN_S = 0.05
 
 
 class GuardianService:
-    """Validates requests and runs their handlers against the execution manager."""
+    """Validates requests and runs their handlers against the guardian's rooms."""
 
     def __init__(
         self,
         *,
-        manager: ExecutionManager,
+        runtime: Runtime,
         instance_id: str,
         identity: dict[str, Any],
         auth_token: str,
@@ -65,7 +64,8 @@ class GuardianService:
         on_activity: Callable[[], None],
         on_shutdown: Callable[[str], None],
     ) -> None:
-        self.manager = manager
+        self._rt = runtime
+        self._ledger = IdempotencyLedger(runtime.catalog)
         self.instance_id = instance_id
         self.identity = identity
         self._auth = auth_token
@@ -83,9 +83,18 @@ class GuardianService:
             "exec.status": self.exec_status,
             "exec.input": self.exec_input,
         }
-        inspector = self.inspector = Inspector(manager)
-        for side in (inspector, History(manager, inspector), Turns(manager), PromptDesk(manager),
-                     PersonDesk(manager, self._idempotent)):
+        rt = runtime
+        inspector = self._inspector = Inspector(scope=rt.scope, catalog=rt.catalog, live=rt.live,
+                                                threads=rt.threads, retention=rt.retention)
+        history = History(scope=rt.scope, catalog=rt.catalog, live=rt.live,
+                          notifier=rt.notifier, paths=rt.paths, inspector=inspector)
+        turns = Turns(scope=rt.scope, catalog=rt.catalog, live=rt.live, notifier=rt.notifier)
+        desk = PromptDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
+                          notifier=rt.notifier, clock=rt.clock)
+        person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
+                            threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
+                            ledger=self._ledger)
+        for side in (inspector, history, turns, desk, person):
             self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
         assert not missing, f"methods without handlers: {missing}"
@@ -174,118 +183,60 @@ class GuardianService:
             "instance_id": self.instance_id,
             "identity": self.identity,
             "capabilities": sorted(str(c) for c in self.capabilities),
-            "workspace_root": self.manager.workspace_root,
-            "principal": self.manager.principal,
+            "workspace_root": self._rt.scope.workspace_root,
+            "principal": self._rt.scope.principal,
         }
 
     async def shutdown(self, request: Request, params: ShutdownParams) -> dict[str, Any]:
-        running = self.manager.running_ids()
+        running = self._rt.live.ids()
         if not params.dry_run:
             self._on_shutdown(params.reason)
         return {"stopping": not params.dry_run, "running_executions": running}
 
     async def thread_open(self, request: Request, params: ThreadOpenParams) -> dict[str, Any]:
         if params.read_only:
-            return self.inspector.thread_status(params)
-        return await self.manager.open_thread(params)
+            return self._inspector.thread_status(params)
+        return await self._rt.threads.open(params)
 
     async def reset_shell(self, request: Request, params: ResetShellParams) -> dict[str, Any]:
-        return await self._idempotent(
+        return await self._ledger.once(
             params.principal,
             params.idempotency_key,
-            request,
+            request.method,
             params,
-            lambda: self.manager.reset_shell(params),
+            lambda: self._rt.threads.reset(params),
         )
 
     async def exec_start(self, request: Request, params: ExecStartParams) -> dict[str, Any]:
         remaining = self._remaining_s(request)
-        outcome = await self._idempotent(
+        outcome = await self._ledger.once(
             params.principal,
             params.idempotency_key,
-            request,
+            request.method,
             params,
-            lambda: self.manager.start(params, write_timeout_s=min(remaining, 5.0)),
+            lambda: self._rt.launcher.start(params, write_timeout_s=min(remaining, 5.0)),
         )
-        return await self.manager.wait_result(
+        return await self._rt.results.wait(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
 
     async def exec_status(self, request: Request, params: ExecStatusParams) -> dict[str, Any]:
-        execution_id = self.manager.resolve_status_target(params)
-        return await self.manager.wait_result(
+        execution_id = self._rt.results.status_target(params)
+        return await self._rt.results.wait(
             execution_id, min(params.wait_ms / 1000, self._remaining_s(request))
         )
 
     async def exec_input(self, request: Request, params: ExecInputParams) -> dict[str, Any]:
         remaining = self._remaining_s(request)
-        outcome = await self._idempotent(
+        outcome = await self._ledger.once(
             params.principal,
             params.idempotency_key,
-            request,
+            request.method,
             params,
-            lambda: self.manager.send_input(params, write_timeout_s=min(remaining, 5.0)),
+            lambda: self._rt.inputs.send(params, write_timeout_s=min(remaining, 5.0)),
         )
-        result = await self.manager.settle_result(
+        result = await self._rt.results.settle(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
         result["input"] = outcome
         return result
-
-    # -- idempotency (R9) ------------------------------------------------------------------
-
-    async def _idempotent(
-        self,
-        principal: str,
-        key: str,
-        request: Request,
-        params: BaseModel,
-        deliver: Callable[[], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
-        """Deliver at most once per idempotency key.
-
-        The key is recorded as ``delivering`` before any byte is typed and replaced by the
-        outcome right after; a repeat returns that outcome (``replayed: true``) without
-        delivering again, and a repeat that finds ``delivering`` (the first attempt died
-        mid-way) says the delivery is unknown instead of guessing.
-        """
-        catalog = self.manager.catalog
-        fingerprint = _fingerprint(request.method, params)
-        stored = catalog.idempotent_result(principal, key)
-        if stored is not None:
-            method, stored_fingerprint, outcome = stored
-            if method != request.method or stored_fingerprint != fingerprint:
-                raise TetherError(
-                    ErrorCode.INVALID_REQUEST,
-                    "idempotency key was already used for a different request; use a new key",
-                    {"input_sent": False},
-                )
-            if outcome.get("state") == "delivering":
-                raise TetherError(
-                    ErrorCode.GUARDIAN_UNAVAILABLE,
-                    "an earlier attempt with this idempotency key did not finish; whether its "
-                    "input was delivered is unknown, and it will not be sent again",
-                    {"input_sent": "unknown"},
-                )
-            if "error" in outcome:
-                raise TetherError.from_wire(outcome["error"])
-            return {**outcome, "replayed": True}
-        catalog.remember_result(principal, key, request.method, fingerprint, {"state": "delivering"})
-        try:
-            outcome = await deliver()
-        except TetherError as err:
-            if err.data.get("input_sent") is False:
-                # Nothing was typed: remember the refusal so a repeat gets the same answer.
-                catalog.remember_result(
-                    principal, key, request.method, fingerprint, {"error": err.to_wire()}
-                )
-            raise
-        catalog.remember_result(principal, key, request.method, fingerprint, outcome)
-        return outcome
-
-
-def _fingerprint(method: str, params: BaseModel) -> str:
-    """What makes two requests "the same" for idempotency (waits do not)."""
-    data = params.model_dump(mode="json", exclude={"wait_ms"})
-    blob = json.dumps([method, data], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()

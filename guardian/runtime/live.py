@@ -1,11 +1,16 @@
-"""What the guardian holds in memory for an execution that has a runtime in this process."""
+"""What the guardian holds in memory for executions that have a runtime in this process."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from tether.guardian.history.journal import Journal
+from tether.guardian.history.records import record_view
 from tether.guardian.runtime.pty import PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
 
@@ -33,3 +38,54 @@ class LiveExecution:
         """The hot path: journal the bytes and count the activity. Nothing else."""
         self.journal.append(data)
         self.activity_seq += 1
+
+
+class LiveTable:
+    """The executions running in this guardian, by id. Only starting and finishing change it."""
+
+    def __init__(self, journals: Path) -> None:
+        self._journals = journals
+        self._live: dict[str, LiveExecution] = {}
+
+    def add(self, live: LiveExecution) -> None:
+        self._live[live.execution_id] = live
+
+    def remove(self, execution_id: str) -> None:
+        self._live.pop(execution_id, None)
+
+    def get(self, execution_id: str) -> LiveExecution | None:
+        return self._live.get(execution_id)
+
+    def __iter__(self) -> Iterator[LiveExecution]:
+        """A copy: finishing while iterating is safe."""
+        return iter(list(self._live.values()))
+
+    def __bool__(self) -> bool:
+        return bool(self._live)
+
+    def ids(self) -> list[str]:
+        return sorted(self._live)
+
+    def protected(self) -> set[str]:
+        """Ids retention must never evict."""
+        return set(self._live)
+
+    def journal(self, execution_id: str) -> Journal:
+        """The execution's journal: the open one while it runs, else one opened to read."""
+        live = self._live.get(execution_id)
+        return live.journal if live is not None else Journal(self._journals, execution_id)
+
+    def view(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record as clients see it, with live output figures if it still runs."""
+        return record_view(record, self._live.get(record["execution_id"]))
+
+    def hangup_all(self) -> None:
+        for live in self:
+            live.runtime.hangup()
+
+    async def wait_all_done(self, timeout_s: float) -> None:
+        """Wait for every running execution to end, at most ``timeout_s``."""
+        waits = [live.done.wait() for live in self._live.values()]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)

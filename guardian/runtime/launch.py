@@ -1,0 +1,196 @@
+"""Starting executions: a command typed into the main shell, or a background ``bash -c``.
+
+A command is accepted in a fixed order: limits, scope, shell ready and idle, record inserted
+(``running``), then its bytes delivered exactly once. A background command gets its own PTY;
+its exit goes straight to the finisher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.history.journal import Journal
+from tether.guardian.history.retention import Retention
+from tether.guardian.runtime.finish import Finisher
+from tether.guardian.runtime.inputs import deliver, stale_generation
+from tether.guardian.runtime.live import LiveExecution, LiveTable
+from tether.guardian.runtime.notify import ChangeNotifier
+from tether.guardian.runtime.pty import PtyRuntime
+from tether.guardian.runtime.scope import Scope
+from tether.guardian.runtime.threads import Threads
+from tether.guardian.terminal.screen import TerminalScreen
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import MAX_COMMAND_BYTES, ExecStartParams
+from tether.shared.catalog import Catalog
+from tether.shared.clock import Clock
+from tether.shared.paths import GuardianPaths
+
+#: How long a new shell may take to show its first prompt before a command is refused.
+SHELL_READY_TIMEOUT_S = 10.0
+
+
+class Launcher:
+    """``exec.start``: creates the record and the runtime of each new execution."""
+
+    def __init__(
+        self,
+        *,
+        scope: Scope,
+        catalog: Catalog,
+        paths: GuardianPaths,
+        clock: Clock,
+        instance_id: str,
+        live: LiveTable,
+        threads: Threads,
+        finisher: Finisher,
+        notifier: ChangeNotifier,
+        retention: Retention,
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._paths = paths
+        self._clock = clock
+        self._instance_id = instance_id
+        self._live = live
+        self._threads = threads
+        self._finisher = finisher
+        self._notifier = notifier
+        self._retention = retention
+
+    async def start(self, params: ExecStartParams, *, write_timeout_s: float) -> dict[str, Any]:
+        """Accept a command: create its record, then deliver it exactly once."""
+        if len(params.command.encode()) > MAX_COMMAND_BYTES:
+            raise TetherError(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"command is {len(params.command.encode())} bytes; the limit is "
+                f"{MAX_COMMAND_BYTES}. Put long scripts in a file and run the file.",
+                {"input_sent": False},
+            )
+        thread = self._scope.thread_for(params)
+        if params.background:
+            return await self._start_background(thread, params)
+        shell = self._threads.ensure_shell(thread)
+        if params.generation is not None and params.generation != shell.generation:
+            raise stale_generation(params.generation, shell.generation)
+        if not shell.ready.is_set():
+            try:
+                await asyncio.wait_for(shell.ready.wait(), SHELL_READY_TIMEOUT_S)
+            except TimeoutError:
+                raise TetherError(
+                    ErrorCode.NOT_RUNNING,
+                    f"the shell showed no prompt within {SHELL_READY_TIMEOUT_S:g}s (a slow or "
+                    "broken ~/.bashrc?); nothing was typed. Look at its screen.",
+                    {"input_sent": False},
+                ) from None
+        if shell.busy:
+            running = shell.current.execution_id if shell.current else None
+            raise TetherError(
+                ErrorCode.SHELL_BUSY,
+                "the main shell is still running "
+                + (f"execution {running}" if running else "a command typed into it")
+                + "; wait for it (status_check), interrupt it (send_keys Ctrl-c), "
+                "or run this one with is_background: true",
+                {"input_sent": False, "running_execution_id": running},
+            )
+        if (shell.runtime.rows, shell.runtime.cols) != (params.rows, params.cols):
+            shell.runtime.resize(params.rows, params.cols)
+            shell.screen.resize(params.cols, params.rows)
+        live = self._new_execution(thread, params, kind="command", cwd=shell.cwd,
+                                   runtime=shell.runtime, screen=shell.screen,
+                                   generation=shell.generation)
+        shell.attach(live)
+        line = shell.command_file(live.execution_id, params.command)
+        await deliver(live, line.encode(), write_timeout_s)
+        return {"execution_id": live.execution_id, "input_sent": True}
+
+    async def _start_background(
+        self, thread: dict[str, Any], params: ExecStartParams
+    ) -> dict[str, Any]:
+        cwd = self._threads.cwd(thread["thread_id"], thread["cwd"])
+        execution_id = self._clock.new_id("ex")
+        # The runtime's callbacks need the LiveExecution, which needs the runtime.
+        holder: list[LiveExecution] = []
+        notifier = self._notifier
+
+        def on_output(data: bytes) -> None:
+            live = holder[0]
+            live.screen.feed(data)
+            live.append_output(data)
+            notifier.notify_output()
+
+        runtime = PtyRuntime(
+            ["bash", "-c", params.command],
+            env=self._threads.env_for(thread["thread_id"], execution_id),
+            cwd=cwd,
+            rows=params.rows,
+            cols=params.cols,
+            on_output=on_output,
+            on_exit=lambda status: self._finisher.finish(holder[0], status.shell_style_code),
+        )
+        screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query)
+        live = self._new_execution(thread, params, kind="background", cwd=cwd, runtime=runtime,
+                                   screen=screen, generation=1, execution_id=execution_id)
+        holder.append(live)
+        try:
+            identity = runtime.start()
+        except OSError as exc:
+            self._finisher.finish(live, None, reason=f"spawn_failed: {exc}", status="unknown")
+            raise TetherError(
+                ErrorCode.INTERNAL, f"could not start the command: {exc}", {"input_sent": False}
+            ) from None
+        self._catalog.update_execution(
+            execution_id, runtime={**identity.to_dict(), "guardian_instance_id": self._instance_id}
+        )
+        return {"execution_id": execution_id, "input_sent": True}
+
+    def _new_execution(
+        self,
+        thread: dict[str, Any],
+        params: ExecStartParams,
+        *,
+        kind: str,
+        cwd: str,
+        runtime: PtyRuntime,
+        screen: TerminalScreen,
+        generation: int,
+        execution_id: str | None = None,
+    ) -> LiveExecution:
+        execution_id = execution_id or self._clock.new_id("ex")
+        identity = runtime.identity.to_dict() if runtime.identity else None
+        self._catalog.insert_execution(
+            {
+                "execution_id": execution_id,
+                "principal": self._scope.principal,
+                "workspace_root": self._scope.workspace_root,
+                "thread_id": thread["thread_id"],
+                "kind": kind,
+                "command": params.command,
+                "cwd": cwd,
+                "status": "running",
+                "started_unix_ms": self._clock.now_ms(),
+                "guardian_instance_id": self._instance_id,
+                "runtime": (
+                    {**identity, "guardian_instance_id": self._instance_id} if identity else None
+                ),
+                "generation": generation,
+                "parent_execution_id": params.parent_execution_id,
+                "rows": params.rows,
+                "cols": params.cols,
+                # R14: only a foreground launch can be advice for resuming a conversation.
+                "recovery": recovery_advice(params.command) if kind == "command" else None,
+            }
+        )
+        live = LiveExecution(
+            execution_id=execution_id,
+            thread_id=thread["thread_id"],
+            kind=kind,
+            generation=generation,
+            journal=Journal(self._paths.journals, execution_id),
+            runtime=runtime,
+            screen=screen,
+        )
+        self._live.add(live)
+        self._retention.prune_thread(thread["thread_id"], protect=self._live.protected())
+        return live

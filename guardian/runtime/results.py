@@ -1,0 +1,85 @@
+"""What a command request answers with, and the waits before it answers.
+
+``exec.start`` and ``exec.status`` wait for the exit (or their wait budget); ``exec.input``
+waits for the exit or for output to go quiet. Waits sleep on the execution's ``done`` event or
+on the change notifier, never on a polling interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from tether.guardian.history.records import output_tail, record_view
+from tether.guardian.runtime.live import LiveTable
+from tether.guardian.runtime.notify import ChangeNotifier
+from tether.guardian.runtime.scope import Scope
+from tether.guardian.runtime.threads import Threads
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ExecStatusParams
+from tether.shared.catalog import Catalog
+
+#: After input, a result waits for output to go quiet this long (or for the exit).
+SETTLE_QUIET_S = 0.3
+
+
+class Results:
+    """Waits on executions and reports them: record, output tail, cwd."""
+
+    def __init__(
+        self,
+        *,
+        scope: Scope,
+        catalog: Catalog,
+        live: LiveTable,
+        threads: Threads,
+        notifier: ChangeNotifier,
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._live = live
+        self._threads = threads
+        self._notifier = notifier
+
+    def result(self, execution_id: str) -> dict[str, Any]:
+        """Record, rendered output tail, and the thread's current cwd."""
+        record = self._catalog.get_execution(execution_id)
+        assert record is not None
+        live = self._live.get(execution_id)
+        journal = self._live.journal(execution_id)
+        thread = self._catalog.get_thread(record["thread_id"])
+        cwd = self._threads.cwd(record["thread_id"], thread["cwd"] if thread else record["cwd"])
+        return {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd}
+
+    async def wait(self, execution_id: str, timeout_s: float) -> dict[str, Any]:
+        """Wait until the execution ends or ``timeout_s`` passes, then report it."""
+        live = self._live.get(execution_id)
+        if live is not None and timeout_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.done.wait(), timeout_s)
+        return self.result(execution_id)
+
+    async def settle(self, execution_id: str, timeout_s: float) -> dict[str, Any]:
+        """After input: wait for the exit, or for output to stay quiet for a moment."""
+        live = self._live.get(execution_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        quiet_at = min(deadline, loop.time() + SETTLE_QUIET_S)
+        seen = live.activity_seq if live is not None else 0
+        while live is not None and not live.done.is_set() and loop.time() < quiet_at:
+            await self._notifier.wait(quiet_at - loop.time())
+            if live.activity_seq != seen:
+                seen = live.activity_seq
+                quiet_at = min(deadline, loop.time() + SETTLE_QUIET_S)
+        return self.result(execution_id)
+
+    def status_target(self, params: ExecStatusParams) -> str:
+        """The execution ``exec.status`` is about: the named one, or the thread's latest."""
+        if params.execution_id is not None:
+            return str(self._scope.record_for(params, params.execution_id)["execution_id"])
+        self._scope.thread_for(params)
+        records = self._catalog.list_executions(params.thread_id, 1, kind="command")
+        if not records:
+            raise TetherError(ErrorCode.NOT_FOUND, "this thread has run no command yet")
+        return str(records[0]["execution_id"])

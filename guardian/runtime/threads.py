@@ -1,0 +1,185 @@
+"""Threads and their main shells: opening, reattaching, resetting, and what a shell reports.
+
+One main shell per thread, at one generation. This module owns the table of shells; it is
+the shells' listener, so a finished, discarded or exited command is handed to the finisher
+from here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tether.guardian.runtime.finish import Finisher
+from tether.guardian.runtime.live import LiveExecution
+from tether.guardian.runtime.notify import ChangeNotifier
+from tether.guardian.runtime.pty import ExitStatus
+from tether.guardian.runtime.scope import Scope
+from tether.guardian.runtime.shell import MainShell
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import DEFAULT_COLS, DEFAULT_ROWS, ResetShellParams, ThreadOpenParams
+from tether.shared.catalog import Catalog
+from tether.shared.clock import Clock
+from tether.shared.paths import GuardianPaths
+
+
+class Threads:
+    """The threads of this guardian and their main shells (a ``ShellListener``)."""
+
+    def __init__(
+        self,
+        *,
+        scope: Scope,
+        catalog: Catalog,
+        paths: GuardianPaths,
+        clock: Clock,
+        finisher: Finisher,
+        notifier: ChangeNotifier,
+        base_env: dict[str, str],
+    ) -> None:
+        self._scope = scope
+        self._catalog = catalog
+        self._paths = paths
+        self._clock = clock
+        self._finisher = finisher
+        self._notifier = notifier
+        self._base_env = base_env
+        self._shells: dict[str, MainShell] = {}
+
+    # -- opening and resetting -------------------------------------------------------------
+
+    async def open(self, params: ThreadOpenParams) -> dict[str, Any]:
+        """Create a thread, or reattach to one; either way its main shell is running."""
+        workspace_root = self._scope.workspace_root
+        if params.principal != self._scope.principal or params.workspace_root != workspace_root:
+            raise TetherError(
+                ErrorCode.SESSION_MISMATCH,
+                f"this guardian serves {workspace_root!r}, not {params.workspace_root!r}",
+            )
+        reattached = params.thread_id is not None
+        if params.thread_id is None:
+            thread = self._catalog.create_thread(
+                self._clock.new_id("th"), self._scope.principal, workspace_root
+            )
+        else:
+            found = self._catalog.get_thread(params.thread_id)
+            if found is None or found["workspace_root"] != workspace_root:
+                raise TetherError(
+                    ErrorCode.NOT_FOUND,
+                    f"no thread {params.thread_id!r} in this workspace; call Initialize "
+                    "without thread_id to start a new one",
+                )
+            thread = found
+        shell = self.ensure_shell(thread)
+        return {
+            "thread_id": thread["thread_id"],
+            "workspace_root": workspace_root,
+            "reattached": reattached,
+            "generation": shell.generation,
+            "cwd": shell.cwd,
+        }
+
+    def ensure_shell(self, thread: dict[str, Any]) -> MainShell:
+        """The thread's live main shell, starting a new generation when there is none."""
+        shell = self._shells.get(thread["thread_id"])
+        if shell is not None and shell.alive:
+            return shell
+        generation = int(thread["generation"]) + (1 if thread["shell_execution_id"] else 0)
+        shell = MainShell(
+            thread_id=thread["thread_id"],
+            generation=generation,
+            cwd=thread["cwd"],
+            env=self.env_for(thread["thread_id"], None),
+            scratch=self._paths.scratch,
+            rows=DEFAULT_ROWS,
+            cols=DEFAULT_COLS,
+            listener=self,
+        )
+        shell.start()
+        self._shells[thread["thread_id"]] = shell
+        # shell_execution_id marks "a shell has run": the next start is a new generation.
+        self._catalog.update_thread(
+            thread["thread_id"], generation=generation, shell_execution_id=f"shell-{generation}"
+        )
+        return shell
+
+    def env_for(self, thread_id: str, execution_id: str | None) -> dict[str, str]:
+        """Environment of every process Tether starts (R24)."""
+        env = dict(self._base_env)
+        env.update(
+            TERM="xterm-256color",
+            TETHER_THREAD_ID=thread_id,
+            TETHER_WORKSPACE=self._scope.workspace_root,
+        )
+        if execution_id is not None:
+            env["TETHER_EXECUTION_ID"] = execution_id
+        return env
+
+    async def reset(self, params: ResetShellParams) -> dict[str, Any]:
+        """Replace the main shell: the old one is hung up, the new one is generation + 1."""
+        thread = self._scope.thread_for(params)
+        old = self._shells.pop(params.thread_id, None)
+        if old is not None:
+            old.runtime.hangup()
+            if old.current is not None:
+                self._finisher.finish(old.current, None, reason="shell_reset", status="unknown")
+            old.close()
+        shell = self.ensure_shell(thread)
+        return {"thread_id": params.thread_id, "generation": shell.generation, "cwd": shell.cwd}
+
+    # -- looking up ------------------------------------------------------------------------
+
+    def shell(self, thread_id: str) -> MainShell | None:
+        """The thread's main shell in this process, if it has one."""
+        return self._shells.get(thread_id)
+
+    def cwd(self, thread_id: str, fallback: str) -> str:
+        """The shell's current directory, or ``fallback`` when the thread has no shell here."""
+        shell = self._shells.get(thread_id)
+        return shell.cwd if shell is not None else fallback
+
+    def any_busy(self) -> bool:
+        return any(shell.busy for shell in self._shells.values())
+
+    # -- ShellListener ---------------------------------------------------------------------
+
+    def command_finished(self, live: LiveExecution, exit_code: int | None) -> None:
+        self._finisher.finish(live, exit_code)
+
+    def command_discarded(self, live: LiveExecution) -> None:
+        self._finisher.finish(live, None, reason="discarded_before_start", status="unknown")
+
+    def shell_exited(self, shell: MainShell, status: ExitStatus) -> None:
+        if self._shells.get(shell.thread_id) is shell:
+            del self._shells[shell.thread_id]
+            self._catalog.update_thread(shell.thread_id, cwd=shell.cwd)
+        if shell.current is not None:
+            # `exit 3` typed as a command: the shell's exit is that command's exit.
+            self._finisher.finish(shell.current, status.shell_style_code, reason="shell_exited")
+            shell.current = None
+        shell.close()
+        self._notifier.notify()
+
+    def output_arrived(self) -> None:
+        self._notifier.notify_output()
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def hangup_all(self) -> None:
+        for shell in self._shells.values():
+            shell.runtime.hangup()
+
+    def close_all(self) -> None:
+        """Remember each shell's cwd and close it (guardian shutdown)."""
+        for shell in list(self._shells.values()):
+            self._catalog.update_thread(shell.thread_id, cwd=shell.cwd)
+            shell.close()
+        self._shells.clear()
+
+
+def process_env() -> dict[str, str]:
+    """The guardian's environment, minus what must not leak into user shells."""
+    env = dict(os.environ)
+    for name in ("TETHER_EXECUTION_ID",):
+        env.pop(name, None)
+    return env
