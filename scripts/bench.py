@@ -320,6 +320,19 @@ async def restart_to_first_call(workspace: Path, rounds: int = 5) -> tuple[list[
     return samples, baseline
 
 
+def stop_guardians(runtime_dir: Path) -> None:
+    """SIGTERM the guardians this run started (found by their guardian.json, never by name):
+    they hang up every terminal they hold, including the busy programs of the observe bench."""
+    import json
+    import signal
+
+    for info_path in runtime_dir.glob("*/guardian.json"):
+        try:
+            os.kill(int(json.loads(info_path.read_text())["pid"]), signal.SIGTERM)
+        except (OSError, ValueError, KeyError):
+            continue
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=50)
@@ -356,7 +369,7 @@ def main() -> int:
         # Last: it leaves 32 busy programs behind until the guardian is stopped.
         observe = asyncio.run(tether_observe(max(10, args.rounds // 2), workspace))
     finally:
-        subprocess.run(["pkill", "-f", f"guardian --workspace {workspace}"], check=False)
+        stop_guardians(base / "run")
     t50 = _pct(tether, 0.5) * 1000
     print(f"BashCommand echo (MCP client, warm shell): p50 {t50:.2f} ms  "
           f"p95 {_pct(tether, 0.95) * 1000:.2f} ms  (target p50 <= 5 ms)")

@@ -62,6 +62,16 @@ class PersonTerminal:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the screen shows:\n{self.display()}") from None
 
+    def title(self) -> str:
+        with self._lock:
+            return str(self.screen.title)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Resize the person's terminal: the kernel sends the command SIGWINCH."""
+        with self._lock:
+            self.screen.resize(rows, cols)
+        self.proc.setwinsize(rows, cols)
+
     def type(self, data: bytes) -> None:
         os.write(self.proc.fd, data)
 

@@ -177,7 +177,7 @@ async def test_attach_mirrors_and_types_only_with_write(client: Client, workspac
     writer = PersonTerminal(["attach", eid, "--write"])
     try:
         writer.wait_for("echo:sync")
-        assert "typing goes to the program" in writer.display()
+        assert "writing: keys go to it" in writer.display()
         writer.type(b"from-person\r")
         writer.wait_for("echo:from-person")
         writer.type(b"\x1c")
@@ -189,6 +189,27 @@ async def test_attach_mirrors_and_types_only_with_write(client: Client, workspac
     events = json.loads(tether("show", eid, "--json").stdout)["person_events"]
     assert [e["kind"] for e in events] == ["person_typed"]
     assert "from-person" not in json.dumps(events)
+
+
+async def test_attach_redraws_when_the_person_resizes(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    eid = await _start(client, session, f"{sys.executable} {ECHO_LINES}")
+    await _wait_output(client, session, eid, "ready: echo program")
+    viewer = PersonTerminal(["attach", eid], rows=40, cols=120)  # the execution's own size
+    try:
+        viewer.wait_for("ready: echo program")
+        assert "sizes differ" not in viewer.title()
+        viewer.resize(30, 100)
+        poll(lambda: "sizes differ: execution 40x120, terminal 30x100" in viewer.title(),
+             what="the title to say the sizes differ")
+        viewer.wait_for("ready: echo program")  # repainted into the smaller terminal
+        viewer.resize(60, 120)
+        screen = viewer.wait_for("terminal 60x120")  # now a status line under the mirror
+        assert screen.splitlines()[59].startswith("tether: attached to")
+        viewer.type(b"\x1c")
+        assert viewer.wait_exit() == 0
+    finally:
+        viewer.close()
 
 
 async def test_attach_ends_with_the_execution(client: Client, workspace: Path) -> None:

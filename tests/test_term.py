@@ -46,3 +46,13 @@ def test_progress_draws_on_a_terminal_only() -> None:
     with Progress("waiting for the guardian", stream=piped) as progress:
         assert not progress.enabled
     assert piped.text() == ""
+
+
+def test_plain_text_for_pipes_strips_sequences_across_chunks() -> None:
+    from tether.frontend.person.tail import PlainText
+
+    raw = b"\x1b[1;31mred\x1b[0m line\r\n\x1b]0;title\x07next\r\nlast\r\n"
+    for cut in range(len(raw) + 1):  # every split point, as PTY reads may fall
+        plain = PlainText()
+        out = plain.feed(raw[:cut]) + plain.feed(raw[cut:]) + plain.flush()
+        assert out == b"red line\nnext\nlast\n", cut

@@ -152,12 +152,12 @@ class Attach:
             await asyncio.to_thread(self._out, data)
 
     def _status(self) -> str:
-        mode = "typing goes to the program" if self.write else "read-only"
+        mode = "writing: keys go to it" if self.write else "read-only"
         person = terminal_size(self.out_fd)
-        text = (f"tether: attached to {self.execution_id} ({mode}); "
+        text = (f"tether: attached to {self.execution_id} ({mode}), "
                 f"{key_name(self.detach_key)} detaches")
         if (person.rows, person.cols) != (self.exec_size.rows, self.exec_size.cols):
-            text += f" | sizes differ: execution {self.exec_size}, this terminal {person}"
+            text += f"; sizes differ: execution {self.exec_size}, terminal {person}"
         return text
 
     async def repaint(self) -> dict[str, Any]:
@@ -265,8 +265,9 @@ class Attach:
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                if task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                failure = task.exception()
+                if failure is not None:
+                    raise failure
             if tasks[0] in done and not self.typed.empty():
                 # The program ended: what the person typed just before can still be sent.
                 with contextlib.suppress(TetherError):
