@@ -25,6 +25,7 @@ from tether.guardian.agents.recognize import (
     UnknownRecognizerError,
     available_recognizers,
     load_rule_dir,
+    parse_rule_file,
     pick_recognizer,
     recognize,
 )
@@ -121,7 +122,7 @@ def test_claude_busy_older_layout_with_hint_in_spinner_line() -> None:
 def test_claude_idle_older_rounded_box_with_draft() -> None:
     view = screen("● Done.", "", *rounded_box("> half-typed draft"), "  ? for shortcuts")
     result = recognize(view, "claude")
-    assert (result.state, result.rule) == ("awaiting_input", "prompt_in_input_box")
+    assert (result.state, result.rule) == ("awaiting_input", "prompt_with_draft")
 
 
 def test_claude_idle_without_any_box_is_unknown() -> None:
@@ -140,13 +141,6 @@ def test_claude_idle_without_any_box_is_unknown() -> None:
             "   3. No, and tell Claude what to do differently (esc)",
         ),
         (
-            " Do you trust the files in this folder?",
-            "   1. Yes, proceed",
-            " ❯ 2. No, exit",
-            "",
-            " Enter to confirm · Esc to exit",
-        ),
-        (
             " Fetch",
             " Would you like to allow Claude to fetch this content?",
             " › 1) Allow",
@@ -157,6 +151,38 @@ def test_claude_idle_without_any_box_is_unknown() -> None:
 def test_claude_approval_other_wordings(dialog: tuple[str, ...]) -> None:
     result = recognize(screen("❯ go", "", RULE, *dialog), "claude")
     assert (result.state, result.rule) == ("awaiting_approval", "approval_numbered_choices")
+
+
+def test_questions_name_what_they_ask_about() -> None:
+    """Trust, sign-in and plain choices are told apart from approvals of an action (attention)."""
+    trust = screen("❯ go", "", RULE, " Do you trust the files in this folder?", "   1. Yes, proceed",
+                   " ❯ 2. No, exit", "", " Enter to confirm · Esc to exit")
+    login = screen(" Select login method:", "", " ❯ 1. Claude account with subscription",
+                   "   2. Anthropic Console account", "", " Enter to confirm · Esc to go back")
+    choice = screen(" Ready to code? Here is Claude's plan:", " Pick a model for this session",
+                    " ❯ 1. Sonnet", "   2. Opus", "", " Enter to select · Esc to cancel")
+    approval = screen(RULE, " Do you want to proceed?", " ❯ 1. Yes", "   2. No", "", " Esc to cancel")
+    for view, rule, attention in ((trust, "trust_folder", "trust"),
+                                  (login, "login_or_api_key", "login"),
+                                  (choice, "choice_numbered", "choice"),
+                                  (approval, "approval_numbered_choices", "approval")):
+        got = recognize(view, "claude")
+        assert (got.state, got.rule, got.attention) == ("awaiting_approval", rule, attention)
+        assert got.to_dict()["attention"] == attention
+    idle = recognize(screen(*claude_box()), "claude")
+    assert idle.attention is None and idle.to_dict()["attention"] is None
+
+
+def test_attention_is_checked_when_rules_load(tmp_path: Path) -> None:
+    bad_state = ('name = "x"\n[[rule]]\nid = "a"\nstate = "busy"\nattention = "trust"\n'
+                 'priority = 1\ncontains = "z"\n')
+    with pytest.raises(RuleFileError, match="only with state awaiting_approval"):
+        parse_rule_file("x.toml", bad_state.encode())
+    bad_kind = bad_state.replace('"busy"', '"awaiting_approval"').replace('"trust"', '"payment"')
+    with pytest.raises(RuleFileError, match="attention 'payment' is not one of trust, login"):
+        parse_rule_file("x.toml", bad_kind.encode())
+    default = bad_kind.replace('attention = "payment"\n', "")
+    assert parse_rule_file("x.toml", default.encode()).rules[0].attention == "approval"
 
 
 def test_claude_approval_drawn_in_a_box_is_not_mistaken_for_the_prompt() -> None:

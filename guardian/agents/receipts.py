@@ -40,6 +40,11 @@ ACTIVITY_STATES = frozenset({"busy", "awaiting_approval"})
 #: How long to wait for the typed text to reach the screen before pressing Enter, so a TUI
 #: that treats one burst of input as a paste does not swallow the Enter into the text.
 ECHO_WAIT_S = 0.5
+#: Enter goes no sooner than this after the text, and only once the echo has been quiet for
+#: ENTER_QUIET_S: Codex treats an Enter that follows a burst of typed characters within about
+#: 120 ms as part of a paste (a newline in the draft), measured with Codex 0.171.
+ENTER_GAP_S = 0.3
+ENTER_QUIET_S = 0.15
 
 
 def _screen_digest(live: LiveExecution) -> str:
@@ -164,9 +169,19 @@ class PromptDesk:
         before = live.activity_seq
         try:
             await live.runtime.write(text.encode(), timeout_s=5.0)
-            deadline = loop.time() + ECHO_WAIT_S
+            typed_at = loop.time()
+            deadline = typed_at + ECHO_WAIT_S
             while live.activity_seq == before and loop.time() < deadline:
                 await self._notifier.wait(deadline - loop.time())
+            # Let the echo settle, so the Enter reads as a key press and not as pasted text.
+            give_up = loop.time() + 2 * ECHO_WAIT_S
+            while loop.time() < give_up:
+                seen = live.activity_seq
+                quiet_until = max(loop.time() + ENTER_QUIET_S, typed_at + ENTER_GAP_S)
+                while live.activity_seq == seen and loop.time() < quiet_until:
+                    await self._notifier.wait(quiet_until - loop.time())
+                if live.activity_seq == seen:
+                    break
             await live.runtime.write(b"\r", timeout_s=5.0)
         except (OSError, TimeoutError) as exc:
             raise TetherError(

@@ -14,6 +14,9 @@ Public surface::
 ``Recognition`` fields, as ``Execution.explain`` shows them:
 
 - ``state``: ``awaiting_input`` | ``busy`` | ``awaiting_approval`` | ``unknown``.
+- ``attention``: for ``awaiting_approval``, what is asked: ``trust`` (a folder), ``login``
+  (sign in, or use an API key), ``approval`` (of an action) or ``choice`` (one of several
+  options); ``null`` otherwise.
 - ``recognizer``: the rule set used; ``rule``/``priority``: the winning rule, if any.
 - ``source``: ``rule`` (a rule of the program's recognizer won), ``fallback`` (``auto``
   could not name the program and a generic ``shell`` rule won) or ``none`` (no rule won).
@@ -39,7 +42,9 @@ from tether.guardian.agents.recognize.engine import (
 )
 from tether.guardian.agents.recognize.loader import RuleSet, load_rule_dir, parse_rule_file
 from tether.guardian.agents.recognize.model import (
+    ATTENTIONS,
     STATES,
+    Attention,
     Recognition,
     RuleFileError,
     ScreenView,
@@ -48,7 +53,9 @@ from tether.guardian.agents.recognize.model import (
 )
 
 __all__ = [
+    "ATTENTIONS",
     "STATES",
+    "Attention",
     "Recognition",
     "RuleFileError",
     "RuleSet",

@@ -121,6 +121,7 @@ def evaluate(rule_set: RuleSet, view: ScreenView, *, fallback_reason: str | None
         source="fallback" if fallback_reason is not None else "rule",
         reason=reason,
         evaluated=tuple(evaluated),
+        attention=winner.attention,
     )
 
 

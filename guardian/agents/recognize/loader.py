@@ -9,6 +9,7 @@ A rule file is TOML, one per program, named ``<name>.toml``::
     [[rule]]
     id = "busy_interrupt_hint"           # unique in the file
     state = "busy"                       # awaiting_input | busy | awaiting_approval | unknown
+    attention = "approval"               # awaiting_approval only: trust | login | approval | choice
     priority = 80                        # higher wins; ties go to the earlier rule
     description = "..."                  # optional
     line_regex = '(?i)esc to interrupt'  # the test (see below)
@@ -20,7 +21,10 @@ the region's lines joined by newlines, ``^``/``$`` anchoring at each line) or
 ``line_regex = "..."`` (matches when one single line matches). A leaf may add ``region``
 (``"screen"`` — the default —, ``"input_box"``, ``"title"`` or ``{bottom = N}``, see
 ``regions``) and ``ignore_case = true``. When a table holds several of these they must all
-hold. A rule is a test plus ``id``, ``state``, ``priority`` and ``description``.
+hold. A rule is a test plus ``id``, ``state``, ``priority``, ``description`` and, for an
+``awaiting_approval`` rule, ``attention``: what the program is asking about (``trust`` a folder,
+``login`` / an API key, ``approval`` of an action, or a ``choice`` among options; default
+``approval``). Other states take no ``attention``.
 
 Everything is checked when the file is loaded — unknown keys, wrong types, regexes that do
 not compile, unknown states or regions — and reported as ``RuleFileError`` naming the file
@@ -37,13 +41,13 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Literal
 
-from tether.guardian.agents.recognize.model import STATES, RuleFileError, State
+from tether.guardian.agents.recognize.model import ATTENTIONS, STATES, Attention, RuleFileError, State
 from tether.guardian.agents.recognize.regions import SCREEN, Region
 
 LeafKind = Literal["contains", "regex", "line_regex"]
 LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
 NODE_KEYS = frozenset({"all", "any", "not", *LEAF_KINDS, "region", "ignore_case"})
-RULE_KEYS = NODE_KEYS | {"id", "state", "priority", "description"}
+RULE_KEYS = NODE_KEYS | {"id", "state", "priority", "description", "attention"}
 FILE_KEYS = frozenset({"name", "description", "no_match_reason", "rule"})
 MAX_BOTTOM_ROWS = 1000
 
@@ -78,6 +82,7 @@ class Rule:
     priority: int
     test: Node
     description: str = ""
+    attention: Attention | None = None  # set exactly when state is awaiting_approval
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +161,17 @@ def _parse_rule(filename: str, index: int, raw: Mapping[str, object]) -> Rule:
     priority = raw.get("priority")
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise RuleFileError(filename, "'priority' must be an integer", rule_id)
+    attention: Attention | None = None
+    raw_attention = raw.get("attention")
+    if state != "awaiting_approval" and raw_attention is not None:
+        raise RuleFileError(filename, "'attention' goes only with state awaiting_approval", rule_id)
+    if state == "awaiting_approval":
+        wanted = "approval" if raw_attention is None else raw_attention
+        attention = next((kind for kind in ATTENTIONS if kind == wanted), None)
+        if attention is None:
+            raise RuleFileError(
+                filename, f"attention {wanted!r} is not one of {', '.join(ATTENTIONS)}", rule_id
+            )
     test_part = {key: value for key, value in raw.items() if key in NODE_KEYS}
     return Rule(
         id=rule_id,
@@ -163,6 +179,7 @@ def _parse_rule(filename: str, index: int, raw: Mapping[str, object]) -> Rule:
         priority=priority,
         test=_parse_node(filename, rule_id, test_part, "rule"),
         description=_string(filename, rule_id, raw, "description") or "",
+        attention=attention,
     )
 
 

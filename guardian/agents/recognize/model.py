@@ -14,6 +14,12 @@ State = Literal["awaiting_input", "busy", "awaiting_approval", "unknown"]
 
 STATES: tuple[State, ...] = ("awaiting_input", "busy", "awaiting_approval", "unknown")
 
+Attention = Literal["trust", "login", "approval", "choice"]
+"""What an ``awaiting_approval`` screen asks about: trusting a folder, signing in (or using
+an API key), approving an action, or picking one of several options."""
+
+ATTENTIONS: tuple[Attention, ...] = ("trust", "login", "approval", "choice")
+
 Source = Literal["rule", "fallback", "none"]
 """Where a verdict came from.
 
@@ -56,11 +62,18 @@ class Recognition:
     source: str
     reason: str | None
     evaluated: tuple[dict[str, object], ...]
+    attention: Attention | None = None  # set exactly when state is awaiting_approval
+
+    def summary(self) -> dict[str, object]:
+        """The short form carried by ``Agent.get``/``list``/``wait``: state, attention, rule."""
+        return {"state": self.state, "attention": self.attention, "rule": self.rule,
+                "recognizer": self.recognizer, "reason": self.reason}
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-safe copy of this verdict, in the shape ``Execution.explain`` returns."""
         return {
             "state": self.state,
+            "attention": self.attention,
             "recognizer": self.recognizer,
             "rule": self.rule,
             "priority": self.priority,
