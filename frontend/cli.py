@@ -1,10 +1,11 @@
-"""``tether serve``: the MCP front-end over stdio."""
+"""``tether serve``: the MCP front-end over stdio, or over streamable HTTP with ``--http``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 import anyio
 
@@ -17,9 +18,33 @@ from tether.shared.config import Config
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether serve", description="Run the MCP server.")
     parser.add_argument("--log-level", default="WARNING", help="stderr log level")
+    http = parser.add_argument_group("streamable HTTP (instead of stdio)")
+    http.add_argument("--http", action="store_true", help="serve MCP over streamable HTTP at /mcp")
+    http.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    http.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: a free one)")
+    http.add_argument("--principals", type=Path, metavar="FILE",
+                      help="TOML file of [[principal]] tables: id, token or token_sha256, "
+                           "profile, allow_tools?, workspaces? (mode 0600)")
+    http.add_argument("--allow-remote", action="store_true",
+                      help="allow a --host that is not a loopback address")
+    http.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                      help="another Host/Origin name clients use to reach this server")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s tether-serve %(levelname)s %(message)s")
+    if not args.http:
+        extra = [flag for flag, given in (("--principals", args.principals),
+                                          ("--allow-remote", args.allow_remote),
+                                          ("--allowed-host", args.allowed_host)) if given]
+        if extra:
+            parser.error(f"{', '.join(extra)} need --http")
+        return _serve_stdio()
+    if args.principals is None:
+        parser.error("--http needs --principals FILE (who may connect, with which token)")
+    return _serve_http(args)
+
+
+def _serve_stdio() -> int:
     try:
         server = build_server(Config.from_env())
     except (ValueError, TetherError) as exc:
@@ -31,4 +56,21 @@ def main(argv: list[str] | None = None) -> int:
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(run)
+    return 0
+
+
+def _serve_http(args: argparse.Namespace) -> int:
+    # Imported here: stdio serving never loads uvicorn.
+    from tether.frontend.http import HttpOptions, serve
+    from tether.frontend.principals import load_principals
+
+    try:
+        config = Config.from_env()
+        principals = load_principals(args.principals)
+        options = HttpOptions(host=args.host, port=args.port, allow_remote=args.allow_remote,
+                              allowed_hosts=tuple(args.allowed_host))
+        serve(config, principals, options, args.log_level)
+    except (ValueError, TetherError) as exc:
+        print(f"tether serve: {exc}", file=sys.stderr)
+        return 2
     return 0

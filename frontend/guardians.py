@@ -42,7 +42,8 @@ HELLO_TIMEOUT_S = 3.0
 _READ_ONLY = frozenset(
     {"hello", "thread.open", "exec.status", "exec.screen", "exec.list", "exec.get",
      "exec.read", "exec.observe", "exec.wait", "exec.explain", "exec.wait_turn", "agent.receipt",
-     "workspace.list", "exec.describe", "exec.stream"}
+     "workspace.list", "exec.describe", "exec.stream",
+     "thread.mode", "thread.set_mode"}
 )
 
 

@@ -23,12 +23,30 @@ class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class InitializeArgs(ToolArgs):
-    """Start or reattach to a thread in a workspace, or show its status."""
+class CodeWriterArgs(ToolArgs):
+    """What mode code_writer lets through."""
 
-    type: Literal["first_call", "status", "reset_shell"] = "first_call"
+    allowed_commands: list[CleanText] | Literal["all"] = Field(
+        description="command names allowed in every segment of a command line (pipes, &&, ||, "
+                    ";, subshells, $( ), backticks, <( )), or \"all\"")
+    allowed_globs: list[CleanText] | Literal["all"] = Field(
+        description="globs of files a redirection may write (relative ones are under the "
+                    "workspace; ** crosses directories), or \"all\"")
+
+
+class InitializeArgs(ToolArgs):
+    """Start or reattach to a thread in a workspace, show its status, reset its shell, or
+    change its mode."""
+
+    type: Literal["first_call", "status", "reset_shell", "change_mode"] = "first_call"
     workspace_root: WorkspaceRoot
     thread_id: Id | None = Field(default=None, description="thread to reattach to")
+    mode: Literal["wcgw", "architect", "code_writer"] | None = Field(
+        default=None,
+        description="wcgw: unrestricted; architect: read-only commands, no writes; "
+                    "code_writer: the allowlists in code_writer. Neither restricted mode may "
+                    "prompt agents.")
+    code_writer: CodeWriterArgs | None = None
 
 
 class CommandAction(ToolArgs):

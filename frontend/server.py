@@ -7,6 +7,7 @@ tool result with ``is_error`` and a stable code, never a protocol error.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
@@ -14,6 +15,7 @@ from mcp.server.lowlevel.server import Server
 from pydantic import ValidationError
 
 from tether.frontend import results
+from tether.frontend.authority import LOCAL, PROFILES, Caller
 from tether.frontend.guardians import GuardianLocator
 from tether.frontend.tools import all_tools
 from tether.frontend.tools.base import Session
@@ -28,28 +30,60 @@ SERVER_NAME = "tether"
 SERVER_VERSION = "0.1.0"
 
 
-def build_server(config: Config | None = None, principal: str = "local") -> Server[Any]:
-    """An MCP server whose tools talk to this machine's guardians."""
-    session = Session(locator=GuardianLocator(config or Config.from_env(), principal),
-                      principal=principal)
+#: Who is calling, from a request's context (the HTTP transport's authenticated user).
+CallerResolver = Callable[[Any], Caller]
+
+
+def build_server(
+    config: Config | None = None,
+    principal: str = "local",
+    *,
+    callers: CallerResolver | None = None,
+) -> Server[Any]:
+    """An MCP server whose tools talk to this machine's guardians.
+
+    Over stdio every request is ``principal`` (``local``, with every tool). Over HTTP,
+    ``callers`` names the principal of each request; a request it cannot name is refused.
+    Each principal gets its own guardian locator: guardians are keyed by principal (R2, R28).
+    """
+    config = config or Config.from_env()
+    fixed = LOCAL if principal == "local" else Caller(principal, "full", PROFILES["full"])
+    resolve: CallerResolver = callers or (lambda ctx: fixed)
+    locators: dict[str, GuardianLocator] = {}
     tools = {tool.name: tool for tool in all_tools()}
     usage = UsageLog.from_env()  # R30: every call is recorded in one place, here
+
+    def session_for(caller: Caller) -> Session:
+        locator = locators.get(caller.principal)
+        if locator is None:
+            locator = locators[caller.principal] = GuardianLocator(config, caller.principal)
+        return Session(locator=locator, caller=caller)
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[tool.definition() for tool in tools.values()])
+        caller = resolve(ctx)  # raises for an unauthenticated request: nothing is listed
+        return types.ListToolsResult(
+            tools=[tool.definition() for tool in tools.values() if tool.name in caller.tools]
+        )
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await usage.around(params.name, params.arguments, lambda: dispatch(ctx, params))
 
     async def dispatch(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        tool = tools.get(params.name)
-        if tool is None:
-            return results.error(TetherError(
-                ErrorCode.INVALID_REQUEST,
-                f"unknown tool {params.name!r}; tools: {', '.join(tools)}",
-            ))
+        try:
+            caller = resolve(ctx)
+            tool = tools.get(params.name)
+            if tool is None:
+                visible = [name for name in tools if name in caller.tools]
+                raise TetherError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"unknown tool {params.name!r}; tools: {', '.join(visible)}",
+                )
+            caller.check_tool(tool.name)  # checked at call as well as at list (R27)
+        except TetherError as err:
+            return results.error(err)
+        session = session_for(caller)
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(done, total, message)

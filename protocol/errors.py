@@ -51,6 +51,11 @@ class ErrorCode(StrEnum):
     RECEIPT_LIMIT = "receipt_limit"
     UNKNOWN_RECOGNIZER = "unknown_recognizer"
     HERDR_DISABLED = "herdr_disabled"
+    # Authority: principals, profiles and modes (R27, R28)
+    TOOL_DENIED = "tool_denied"
+    WORKSPACE_DENIED = "workspace_denied"
+    MODE_DENIED = "mode_denied"
+    CONFIG_INVALID = "config_invalid"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"
 

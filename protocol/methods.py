@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.text import UNSAFE_TEXT_ERROR, CleanText
@@ -220,6 +220,45 @@ class PersonInputParams(WorkspaceScoped):
     idempotency_key: IdempotencyKey
 
 
+MAX_MODE_ENTRIES = 256
+ModeName = Literal["wcgw", "architect", "code_writer"]
+CommandName = Annotated[str, Field(min_length=1, max_length=256)]
+WriteGlob = Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class CodeWriterSpec(Params):
+    """What ``code_writer`` mode lets through: command names checked on every segment of a
+    command line, and globs of the files a redirection may write ("all" for no limit)."""
+
+    allowed_commands: list[CommandName] | Literal["all"] = Field(max_length=MAX_MODE_ENTRIES)
+    allowed_globs: list[WriteGlob] | Literal["all"] = Field(max_length=MAX_MODE_ENTRIES)
+
+
+class ModeSpec(Params):
+    """A thread's mode (R27): ``wcgw`` (unrestricted), ``architect`` (no writes) or
+    ``code_writer`` (with its allowlists). Stored on the thread by the guardian; enforced by
+    the front-end before anything is typed."""
+
+    name: ModeName = "wcgw"
+    code_writer: CodeWriterSpec | None = None
+
+    @model_validator(mode="after")
+    def _config_only_for_code_writer(self) -> ModeSpec:
+        if self.name == "code_writer" and self.code_writer is None:
+            raise ValueError("mode code_writer needs code_writer: {allowed_commands, allowed_globs}")
+        if self.name != "code_writer" and self.code_writer is not None:
+            raise ValueError(f"code_writer settings apply only to mode code_writer, not {self.name}")
+        return self
+
+
+class ThreadModeParams(Scoped):
+    """Read a thread's mode (and its shell's cwd, which write globs are resolved against)."""
+
+
+class ThreadSetModeParams(Scoped):
+    mode: ModeSpec
+
+
 class ShutdownParams(Params):
     reason: str = Field(default="requested", max_length=200)
     dry_run: bool = False  # only report what stopping would end
@@ -231,6 +270,8 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
     "guardian.shutdown": (ShutdownParams, None),
     "thread.open": (ThreadOpenParams, Capability.EXEC),
     "thread.reset_shell": (ResetShellParams, Capability.EXEC),
+    "thread.mode": (ThreadModeParams, Capability.THREAD_MODES),
+    "thread.set_mode": (ThreadSetModeParams, Capability.THREAD_MODES),
     "exec.start": (ExecStartParams, Capability.EXEC),
     "exec.status": (ExecStatusParams, Capability.EXEC),
     "exec.input": (ExecInputParams, Capability.EXEC),

@@ -24,6 +24,8 @@ class Capability(StrEnum):
     #: A person's view of a whole workspace: listing, describing, streaming raw output and
     #: typing from ``tether attach --write`` (recorded as an event, never the keystrokes).
     PERSON_VIEW = "person_view"
+    #: A mode stored on each thread (wcgw, architect, code_writer) that outlives front-ends.
+    THREAD_MODES = "thread_modes"
 
 
 class Version(NamedTuple):
@@ -52,6 +54,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     1: frozenset({Capability.OBSERVE, Capability.WAIT}),
     2: frozenset({Capability.RECOGNITION, Capability.PROMPT_RECEIPTS}),
     3: frozenset({Capability.PERSON_VIEW}),
+    4: frozenset({Capability.THREAD_MODES}),
 }
 
 

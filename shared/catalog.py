@@ -85,6 +85,11 @@ CREATE TABLE IF NOT EXISTS person_events (
     at_unix_ms INTEGER NOT NULL,
     UNIQUE (execution_id, kind, attach_id)
 );
+CREATE TABLE IF NOT EXISTS thread_modes (
+    thread_id TEXT PRIMARY KEY,
+    mode TEXT NOT NULL,
+    changed_unix_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS idempotency (
     principal TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -190,6 +195,19 @@ class Catalog:
         sets = ", ".join(f"{name} = ?" for name in fields)
         self._db.execute(
             f"UPDATE threads SET {sets} WHERE thread_id = ?", (*fields.values(), thread_id)
+        )
+
+    def get_thread_mode(self, thread_id: str) -> dict[str, Any] | None:
+        """The mode stored for a thread (R27), or None when it never changed from wcgw."""
+        row = self._db.execute(
+            "SELECT mode FROM thread_modes WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def set_thread_mode(self, thread_id: str, mode: dict[str, Any]) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO thread_modes VALUES (?, ?, ?)",
+            (thread_id, json.dumps(mode, sort_keys=True), self.clock.now_ms()),
         )
 
     # -- executions ----------------------------------------------------------------------
@@ -439,6 +457,15 @@ def peek_thread(path: Path, thread_id: str) -> dict[str, Any] | None:
     try:
         db.row_factory = sqlite3.Row
         row = db.execute("SELECT * FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
-        return None if row is None else dict(row)
+        if row is None:
+            return None
+        thread = dict(row)
+        try:
+            mode = db.execute("SELECT mode FROM thread_modes WHERE thread_id = ?",
+                              (thread_id,)).fetchone()
+        except sqlite3.OperationalError:  # a catalog written before thread modes existed
+            mode = None
+        thread["mode"] = None if mode is None else json.loads(mode[0])
+        return thread
     finally:
         db.close()

@@ -11,7 +11,7 @@ import sys
 
 #: subcommand -> (module with a ``main(argv)``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("tether.frontend.cli", "run the MCP server (stdio)"),
+    "serve": ("tether.frontend.cli", "run the MCP server (stdio, or --http)"),
     "guardian": ("tether.guardian.cli", "run a guardian in the foreground"),
     "guardians": ("tether.frontend.admin", "list, inspect, stop or restart guardians"),
     "ls": ("tether.frontend.person.ls", "guardians, threads and executions as a table"),

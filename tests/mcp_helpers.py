@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import psutil
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.helpers import poll, tether_processes
 from tether.shared.config import Config
@@ -90,3 +97,58 @@ async def kill_front_end(client: Client, config: Config) -> None:
          what="front-end to die")
     with contextlib.suppress(BaseException):  # the transport is gone: closing may raise
         await client.__aexit__(None, None, None)
+
+
+def http_client(url: str, token: str | None, statuses: list[int] | None = None) -> Client:
+    """The SDK's streamable HTTP client, sending ``Authorization: Bearer <token>``; the HTTP
+    status of every response is appended to ``statuses`` when given."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+
+    async def record(response: httpx2.Response) -> None:
+        if statuses is not None:
+            statuses.append(response.status_code)
+
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300),
+                              event_hooks={"response": [record]})
+    return Client(streamable_http_client(url, http_client=http))
+
+
+def write_principals(path: Path, principals: list[dict[str, Any]], mode: int = 0o600) -> Path:
+    """A principals file (TOML) with one [[principal]] table per dict."""
+    lines = []
+    for principal in principals:
+        lines.append("[[principal]]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in principal.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    path.chmod(mode)
+    return path
+
+
+@contextlib.contextmanager
+def http_server(principals: Path, *extra: str, log: Path | None = None) -> Iterator[str]:
+    """A real ``tether serve --http`` on a free loopback port; yields its /mcp URL.
+
+    Its stderr goes to ``log`` (so tests can search it); it is stopped (SIGTERM, then
+    SIGKILL) on exit. Guardians it started are left to the ``tether_env`` teardown.
+    """
+    log = log or principals.with_suffix(".log")
+    tether = Path(sys.executable).with_name("tether")
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [str(tether), "serve", "--http", "--port", "0", "--principals", str(principals),
+             "--log-level", "INFO", *extra],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+        )
+    try:
+        found = poll(lambda: re.search(r"at (http://\S+/mcp)", log.read_text())
+                     or proc.poll() is not None, what="tether serve --http to listen")
+        assert isinstance(found, re.Match), log.read_text()
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -14,7 +14,7 @@ import zmq
 from mcp import Client
 
 from tests.helpers import start_guardian
-from tests.mcp_helpers import bash, call_error, execution, initialize, run
+from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
 from tether.frontend.server import build_server
 from tether.protocol import codec
 from tether.protocol.versions import known_minor_versions
@@ -28,7 +28,7 @@ LATEST = str(known_minor_versions()[-1])
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
 
 
-@pytest.mark.parametrize("protocol", ["1.0", "1.1", "1.2", None])
+@pytest.mark.parametrize("protocol", ["1.0", "1.1", "1.2", "1.3", "1.4", None])
 async def test_front_end_against_each_guardian_version(
     protocol: str | None, tether_env: Config, workspace: Path, tmp_path: Path,
 ) -> None:
@@ -75,6 +75,23 @@ async def test_front_end_against_each_guardian_version(
                                                   "execution_id": fake["execution_id"]})
             assert "hello" not in screen["screen"]["text"]
             assert not log.exists() or log.read_text() == ""
+        change = {"type": "change_mode", "workspace_root": str(workspace),
+                  "thread_id": session["thread_id"], "mode": "architect"}
+        if expected in ("1.0", "1.1", "1.2", "1.3"):
+            # A guardian without thread_modes cannot hold a mode: its threads stay wcgw, and
+            # asking for another mode says so instead of pretending.
+            missing = await call_error(client, "Initialize", change)
+            assert missing["code"] == "capability_missing"
+            assert missing["data"]["capability"] == "thread_modes"
+            assert status["data"]["mode"] == "wcgw"
+        else:
+            changed = (await call(client, "Initialize", change))["data"]
+            assert changed["mode"] == "architect"
+            refused = await call_error(client, "BashCommand", {
+                "thread_id": session["thread_id"], "workspace_root": str(workspace),
+                "action_json": {"type": "command", "command": "touch nope"}})
+            assert refused["code"] == "mode_denied"
+            assert not (workspace / "nope").exists()
 
 
 async def test_guardian_refuses_methods_outside_its_version(

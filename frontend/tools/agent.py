@@ -11,6 +11,7 @@ from typing import Any
 import mcp_types as types
 
 from tether.frontend import results
+from tether.frontend.modes import check_agent_action
 from tether.frontend.schemas import AgentArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
@@ -29,7 +30,9 @@ class AgentTool(Tool):
         "and whether the agent's turn came back."
     )
     args_model = AgentArgs
-    annotations = types.ToolAnnotations(destructive_hint=True, open_world_hint=True)
+    annotations = types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, open_world_hint=True
+    )
 
     async def run(self, session: Session, args: AgentArgs, progress: Progress) -> types.CallToolResult:
         if args.backend == "herdr":
@@ -40,6 +43,8 @@ class AgentTool(Tool):
                 {"operator_action_required": True, "input_sent": False},
             )
         root, scope = session.scope(args.thread_id, args.workspace_root)
+        # Who may do this action, in this thread's mode: checked before anything is sent.
+        await check_agent_action(session, root, scope, args.action)
         call = session.locator.call
         if args.action == "list":
             data = await call(root, "exec.list", {**scope, "limit": args.limit, "agents_only": True},

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import mcp_types as types
 from pydantic import BaseModel
 
+from tether.frontend.authority import LOCAL, Caller
 from tether.frontend.guardians import GuardianLocator
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 
@@ -19,14 +20,25 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 @dataclass
 class Session:
-    """What a tool call may use: the guardian locator and the caller's principal."""
+    """What one tool call may use: the caller's guardian locator and its authority.
+
+    The locator is the caller's own (guardians are keyed by principal), so nothing a call
+    does can reach another principal's guardians, records, threads or cursors (R28).
+    """
 
     locator: GuardianLocator
-    principal: str
+    caller: Caller = LOCAL
+
+    @property
+    def principal(self) -> str:
+        return self.caller.principal
 
     def workspace(self, workspace_root: str) -> str:
-        """The canonical workspace root, refused when it is too broad (before anything starts)."""
-        return refuse_broad_workspace(canonical_workspace(workspace_root), self.locator.config)
+        """The canonical workspace root, refused when it is too broad or outside the caller's
+        ``workspaces`` (``workspace_denied``), before anything starts."""
+        root = refuse_broad_workspace(canonical_workspace(workspace_root), self.locator.config)
+        self.caller.check_workspace(root)
+        return root
 
     def scope(self, thread_id: str, workspace_root: str) -> tuple[str, dict[str, Any]]:
         """Canonical workspace and the scope params every thread-scoped RPC carries."""

@@ -9,6 +9,7 @@ from typing import Any
 import mcp_types as types
 
 from tether.frontend import results
+from tether.frontend.modes import check_bash_action
 from tether.frontend.schemas import (
     BashCommandArgs,
     CommandAction,
@@ -37,13 +38,16 @@ class BashCommandTool(Tool):
         "then is status=running with its execution_id."
     )
     args_model = BashCommandArgs
-    annotations = types.ToolAnnotations(destructive_hint=True, open_world_hint=True)
+    annotations = types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, open_world_hint=True
+    )
 
     async def run(
         self, session: Session, args: BashCommandArgs, progress: Progress
     ) -> types.CallToolResult:
         root, scope = session.scope(args.thread_id, args.workspace_root)
         action = args.action_json
+        await check_bash_action(session, root, scope, action)
         wait_s = DEFAULT_WAIT_S if args.wait_for_seconds is None else args.wait_for_seconds
         wait_ms = int(wait_s * 1000)
         method: str

@@ -1,4 +1,4 @@
-"""``Initialize``: start or reattach to a thread, show status, or reset the shell."""
+"""``Initialize``: start or reattach to a thread, show status, reset the shell, change mode."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ from typing import Any
 import mcp_types as types
 
 from tether.frontend import results
+from tether.frontend.authority import BASH
 from tether.frontend.guardians import GuardianHandle
+from tether.frontend.modes import set_thread_mode, thread_mode
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ModeSpec
 
 RPC_TIMEOUT_S = 15.0
 
@@ -21,7 +24,9 @@ class InitializeTool(Tool):
         "Call first. Starts (or with thread_id, reattaches to) a thread in workspace_root: a "
         "persistent shell that survives restarts of this server. Returns thread_id and the "
         "canonical workspace_root that every other call must present. type=status changes "
-        "nothing; type=reset_shell replaces the thread's shell (generation + 1)."
+        "nothing; type=reset_shell replaces the thread's shell (generation + 1); "
+        "type=change_mode sets the thread's mode (wcgw, architect, or code_writer with "
+        "code_writer.allowed_commands and allowed_globs); first_call may set it too."
     )
     args_model = InitializeArgs
     annotations = types.ToolAnnotations(read_only_hint=False, destructive_hint=False)
@@ -30,6 +35,7 @@ class InitializeTool(Tool):
         self, session: Session, args: InitializeArgs, progress: Progress
     ) -> types.CallToolResult:
         root = session.workspace(args.workspace_root)
+        requested = _requested_mode(args)
         locator = session.locator
         handle: GuardianHandle | None
         if args.type == "status":
@@ -39,6 +45,7 @@ class InitializeTool(Tool):
         elif args.type == "reset_shell":
             if args.thread_id is None:
                 raise ValueError("reset_shell needs thread_id")
+            session.caller.check_tool(BASH)  # replacing the shell ends what runs in it
             thread = await locator.call(
                 root, "thread.reset_shell",
                 {"principal": session.principal, "workspace_root": root,
@@ -47,6 +54,8 @@ class InitializeTool(Tool):
             )
             handle = await locator.handle(root)
         else:
+            if args.type == "change_mode" and args.thread_id is None:
+                raise ValueError("change_mode needs thread_id (from a first_call)")
             thread = await locator.call(
                 root, "thread.open",
                 {"principal": session.principal, "workspace_root": root,
@@ -61,7 +70,8 @@ class InitializeTool(Tool):
             "cwd": thread.get("cwd"),
             "reattached": thread.get("reattached", False),
             "mode": "wcgw",
-            "profile": "full",
+            "profile": session.caller.profile,
+            "principal": session.principal,
             "guardian": {"running": False, "instance_id": None, "protocol": None,
                          "capabilities": [], "pid": None} if handle is None else {
                 "running": True,
@@ -78,14 +88,35 @@ class InitializeTool(Tool):
         }
         if "shell_running" in thread:
             data["shell_running"] = thread["shell_running"]
+        mode = await _mode(session, root, data["thread_id"], handle, thread, requested)
+        if mode is not None:
+            data["mode"] = mode.name
+            if mode.code_writer is not None:
+                data["code_writer"] = mode.code_writer.model_dump(mode="json")
         if handle is not None and handle.lost_records:
             data["guardian"]["lost_records"] = handle.lost_records
         guardian = f"guardian protocol {handle.version}" if handle else "no guardian running"
         text = (
             f"thread {data['thread_id']} in {root} (shell generation {data['generation']}, "
-            f"cwd {data['cwd']}); {guardian}"
+            f"cwd {data['cwd']}, mode {data['mode']}); {guardian}"
         )
         return results.ok(data, text)
+
+
+async def _mode(session: Session, root: str, thread_id: str | None,
+                handle: GuardianHandle | None, thread: dict[str, Any],
+                requested: ModeSpec | None) -> ModeSpec | None:
+    """The thread's mode after this call (setting ``requested`` first), or None without a
+    thread. With no guardian running (status) it comes from the catalog on disk."""
+    if thread_id is None:
+        return None
+    scope = {"principal": session.principal, "workspace_root": root, "thread_id": thread_id}
+    if requested is not None:
+        return await set_thread_mode(session, root, scope, requested)
+    if handle is None:
+        stored = thread.get("mode")
+        return ModeSpec.model_validate(stored) if stored else ModeSpec()
+    return (await thread_mode(session, root, scope))[0]
 
 
 async def _status(session: Session, root: str, thread_id: str | None,
@@ -106,4 +137,19 @@ async def _status(session: Session, root: str, thread_id: str | None,
             f"no thread {thread_id!r} in this workspace; call Initialize without thread_id "
             "to start a new one", {"input_sent": False})
     return {"thread_id": thread_id, "generation": row["generation"], "cwd": row["cwd"],
-            "shell_running": False}
+            "shell_running": False, "mode": row.get("mode")}
+
+
+def _requested_mode(args: InitializeArgs) -> ModeSpec | None:
+    """The mode this call sets, validated before anything else happens."""
+    if args.type == "change_mode" and args.mode is None:
+        raise ValueError("change_mode needs mode: wcgw, architect or code_writer")
+    if args.mode is None:
+        if args.code_writer is not None:
+            raise ValueError("code_writer settings need mode=code_writer")
+        return None
+    if args.type not in ("first_call", "change_mode"):
+        raise TetherError(ErrorCode.INVALID_REQUEST,
+                          f"mode can be set with type=first_call or change_mode, not {args.type}")
+    config = args.code_writer.model_dump() if args.code_writer is not None else None
+    return ModeSpec.model_validate({"name": args.mode, "code_writer": config})

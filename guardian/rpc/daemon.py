@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 IMPLEMENTED = frozenset({
     Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT,
     Capability.RECOGNITION, Capability.PROMPT_RECEIPTS, Capability.PERSON_VIEW,
+    Capability.THREAD_MODES,
 })
 
 #: How often the guardian checks that its socket file is still its own.

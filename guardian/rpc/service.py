@@ -94,7 +94,8 @@ class GuardianService:
         person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
-        for side in (inspector, history, turns, desk, person):
+        modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
+        for side in (inspector, history, turns, desk, person, modes):
             self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
         assert not missing, f"methods without handlers: {missing}"

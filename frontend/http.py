@@ -1,0 +1,147 @@
+"""``tether serve --http``: the MCP server over the SDK's streamable HTTP transport (R28).
+
+Everything HTTP is the MCP SDK's: the streamable HTTP app (endpoint ``/mcp``), bearer
+authentication through a :class:`TokenVerifier` (a missing or wrong token is 401 before
+any MCP message is read), and Host/Origin validation against DNS rebinding
+(``TransportSecuritySettings``). Tether adds the principals (who each token is), and binds
+loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+
+from tether.frontend.authority import Caller
+from tether.frontend.principals import Principals
+from tether.frontend.server import build_server
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.shared.config import Config
+
+MCP_PATH = "/mcp"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+#: What the SDK keeps of a bearer token after checking it: never the token itself.
+_REDACTED = "(redacted)"
+
+
+class PrincipalTokens:
+    """The SDK's ``TokenVerifier`` over a principals file."""
+
+    def __init__(self, principals: Principals) -> None:
+        self._principals = principals
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        principal = self._principals.by_token(token)
+        if principal is None:
+            return None
+        return AccessToken(token=_REDACTED, client_id=principal.id, scopes=[],
+                           claims={"principal": principal.caller.principal})
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    allow_remote: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+
+
+def caller_resolver(principals: Principals) -> Any:
+    """Name the caller of a request from the user the bearer middleware authenticated."""
+    callers: dict[str, Caller] = principals.callers()
+
+    def resolve(ctx: Any) -> Caller:
+        request = getattr(ctx, "request", None)
+        user = request.scope.get("user") if request is not None else None
+        caller = callers.get(user.access_token.client_id) if isinstance(
+            user, AuthenticatedUser) else None
+        if caller is None:  # fail closed: an HTTP request is never "local"
+            raise TetherError(ErrorCode.UNAUTHORIZED, "no authenticated principal")
+        return caller
+
+    return resolve
+
+
+def build_app(config: Config, principals: Principals, options: HttpOptions) -> Starlette:
+    """The ASGI app: authenticated, Host/Origin-checked streamable HTTP on ``/mcp``."""
+    server = build_server(config, callers=caller_resolver(principals))
+    port = options.port
+    # Host and Origin must name this server: a web page on another origin that rebinds its
+    # DNS name to 127.0.0.1 is refused (421/403) before any MCP message is read.
+    names = {*LOOPBACK_NAMES, _url_host(options.host), *options.allowed_hosts}
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(f"{name}:{port}" for name in names),
+        allowed_origins=sorted(f"{scheme}://{name}:{port}" for name in names
+                               for scheme in ("http", "https")),
+    )
+    # The SDK wants an issuer for its auth settings; there is no OAuth server here (tokens
+    # come from the principals file), so the issuer is this server itself.
+    auth = AuthSettings(issuer_url=f"http://{_url_host(options.host)}:{port}",  # type: ignore[arg-type]
+                        resource_server_url=None)
+    return server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        transport_security=security,
+        host=options.host,
+        auth=auth,
+        token_verifier=PrincipalTokens(principals),
+    )
+
+
+def bind(options: HttpOptions) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one); refuses a non-loopback host
+    unless ``allow_remote``."""
+    infos = socket.getaddrinfo(options.host, options.port, type=socket.SOCK_STREAM)
+    if not infos:
+        raise TetherError(ErrorCode.CONFIG_INVALID, f"cannot resolve --host {options.host}")
+    family, _, _, _, address = infos[0]
+    if not ipaddress.ip_address(address[0]).is_loopback and not options.allow_remote:
+        raise TetherError(
+            ErrorCode.CONFIG_INVALID,
+            f"--host {options.host} is not a loopback address: other machines could reach "
+            "this server. Add --allow-remote to mean it (and put TLS in front of it).",
+        )
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise TetherError(ErrorCode.CONFIG_INVALID,
+                          f"cannot listen on {options.host}:{options.port}: {exc.strerror}") from None
+    return sock
+
+
+def serve(config: Config, principals: Principals, options: HttpOptions, log_level: str) -> None:
+    """Run until SIGINT/SIGTERM. Prints the endpoint (with the real port) on stderr."""
+    sock = bind(options)
+    port = sock.getsockname()[1]
+    options = HttpOptions(options.host, port, options.allow_remote, options.allowed_hosts)
+    app = build_app(config, principals, options)
+    if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback:
+        print(f"tether serve: WARNING: listening on {options.host}:{port}, reachable from other "
+              "machines (--allow-remote); bearer tokens cross the network in clear text "
+              "unless TLS fronts this server", file=sys.stderr, flush=True)
+    print(f"tether serve: MCP over streamable HTTP at "
+          f"http://{_url_host(options.host)}:{port}{MCP_PATH} ({len(principals)} principals)",
+          file=sys.stderr, flush=True)
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=2,
+        server_header=False,
+    ))
+    server.run(sockets=[sock])
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -1,0 +1,289 @@
+"""Command lines under a restricted mode (R27): parse with a real shell parser, check every
+segment, and say which segment broke which rule.
+
+The line is parsed by bashlex (a port of bash's own grammar), never by regexes. Every simple
+command anywhere in the tree is a *segment*: the parts of pipes, ``&&``, ``||``, ``;``,
+subshells, ``{ }`` groups, loops and conditionals, and the commands inside ``$( )``,
+backticks and ``<( )``/``>( )``. Whatever the parser cannot read, and every place where bash
+would run a command that the parser does not show (a substitution hidden in ``${x:-...}``
+or in an unquoted here-document), is refused: a check that cannot see a command must not
+let it through.
+
+Rules (the ``rule`` of each violation, stable names):
+
+- ``unparsable``: the parser could not read the line (for example ``[[ ]]``, ``case``,
+  ``$(( ))``, ``time``).
+- ``unchecked_substitution``: a command substitution the parser does not expose.
+- ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
+- ``no_assignments``: ``VAR=value`` (alone or before a command): it can change what later
+  commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``).
+- ``allowed_commands`` (code_writer): the command name is not in the allowlist.
+- ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs.
+- ``read_only_commands`` / ``read_only_options`` (architect): the command, or an option of it,
+  can write or run something else.
+- ``no_writes`` (architect): a redirection writes a file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import bashlex  # type: ignore[import-untyped]
+
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ModeSpec
+
+#: Targets a redirection may always write: they store nothing.
+HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+#: ``architect``: commands that read and print, and cannot write files or run other commands
+#: (with the options refused below). Pagers, ``env``, ``xargs``, ``sed``, ``awk``, ``sort``,
+#: ``tree`` and ``file`` are absent on purpose: each can run a program or write a file.
+READ_ONLY_COMMANDS = frozenset({
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "pwd", "echo", "cd", "diff",
+    "cmp", "stat", "du", "df", "basename", "dirname", "realpath", "readlink", "true", "false",
+    "test", "[", "cut", "tr", "nl", "rev", "md5sum", "sha1sum", "sha256sum", "whoami", "id",
+    "uname", "which", "type", "find", "git",
+})
+#: Options (prefixes) that make a read-only command write or execute.
+READ_ONLY_REFUSED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "find": ("-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fls"),
+    "git": ("-c", "--config-env", "--exec-path", "--output", "--ext-diff", "-O",
+            "--open-files-in-pager", "--upload-pack", "--receive-pack"),
+}
+#: ``architect``: git subcommands that only read the repository.
+READ_ONLY_GIT = frozenset({
+    "status", "log", "diff", "show", "blame", "ls-files", "ls-tree", "rev-parse", "describe",
+    "shortlog", "cat-file",
+})
+#: Characters that make bash expand a command name into something else.
+_EXPANDING = re.compile(r"[*?\[\]{}~$`\\]")
+#: Redirection operators that open a file for writing.
+_WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
+#: Commands that can move the shell's cwd (directly, or by running shell code).
+_CWD_CHANGERS = frozenset({"cd", "pushd", "popd", "eval", "source", ".", "builtin", "command"})
+_SUBSTITUTION = re.compile(r"\$\(|`|<\(|>\(")
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: the segment (as typed), the rule's name and what broke it."""
+
+    segment: str
+    rule: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"segment": self.segment, "rule": self.rule, "detail": self.detail}
+
+
+def check_command(mode: ModeSpec, command: str, *, cwd: str, workspace_root: str) -> None:
+    """Refuse (``mode_denied``, nothing typed) a command line that ``mode`` does not allow."""
+    violations = violations_of(mode, command, cwd=cwd, workspace_root=workspace_root)
+    if violations:
+        raise denied(mode, violations)
+
+
+def denied(mode: ModeSpec, violations: list[Violation]) -> TetherError:
+    """The ``mode_denied`` error naming each refused segment and its rule."""
+    reasons = "; ".join(
+        f"segment `{_short(v.segment)}`: rule {v.rule}: {v.detail}" for v in violations[:5]
+    )
+    more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
+    return TetherError(
+        ErrorCode.MODE_DENIED,
+        f"mode {mode.name} refused this; nothing was typed. {reasons}{more}. Change the command, "
+        "or change the mode with Initialize type=change_mode.",
+        {"mode": mode.name, "violations": [v.to_dict() for v in violations[:32]],
+         "input_sent": False},
+    )
+
+
+def violations_of(mode: ModeSpec, command: str, *, cwd: str, workspace_root: str) -> list[Violation]:
+    """Every rule ``command`` breaks under ``mode`` (empty: it may run)."""
+    if mode.name == "wcgw":
+        return []
+    checker = _Checker(mode, command, cwd=cwd, workspace_root=workspace_root)
+    try:
+        for tree in bashlex.parse(command):
+            checker.visit(tree)
+        checker.finish()
+    except Exception as exc:  # bashlex raises several types (ParsingError, NotImplementedError, ...)
+        return [Violation(command, "unparsable",
+                          f"the shell parser cannot read this ({_first_line(exc)}); a restricted "
+                          "mode runs only what it can check")]
+    return checker.violations
+
+
+class _Checker:
+    def __init__(self, mode: ModeSpec, source: str, *, cwd: str, workspace_root: str) -> None:
+        self.mode = mode
+        self.source = source
+        self.cwd = cwd
+        self.workspace_root = workspace_root
+        self.violations: list[Violation] = []
+        # Relative write targets are placed against the shell's cwd, which a `cd` earlier in
+        # the same line would move: such a pair is refused rather than guessed.
+        self.cwd_changed = False
+        self.relative_writes: list[Any] = []
+        config = mode.code_writer
+        self.allowed: frozenset[str] | None = None  # None: any command name
+        self.globs: list[re.Pattern[str]] | None = None  # None: any file
+        if mode.name == "architect":
+            self.allowed = READ_ONLY_COMMANDS
+            self.globs = []
+        elif config is not None:
+            if config.allowed_commands != "all":
+                self.allowed = frozenset(config.allowed_commands)
+            if config.allowed_globs != "all":
+                self.globs = [_glob_regex(g, workspace_root) for g in config.allowed_globs]
+
+    def text(self, node: Any) -> str:
+        start, end = node.pos
+        return str(self.source[start:end])
+
+    def finish(self) -> None:
+        if self.cwd_changed:
+            for node in self.relative_writes:
+                self.refuse(node, "allowed_globs",
+                            "a relative write target after a change of directory in the same "
+                            "line cannot be placed; use an absolute path")
+
+    def refuse(self, node: Any, rule: str, detail: str) -> None:
+        self.violations.append(Violation(self.text(node), rule, detail))
+
+    # -- the walk ------------------------------------------------------------------------
+
+    def visit(self, node: Any) -> None:
+        kind = node.kind
+        if kind == "command":
+            self.command(node)
+        elif kind == "redirect":
+            self.redirect(node)
+        elif kind == "parameter":
+            if _SUBSTITUTION.search(getattr(node, "value", "") or ""):
+                self.refuse(node, "unchecked_substitution",
+                            "a command inside a parameter expansion cannot be checked")
+        elif kind in ("commandsubstitution", "processsubstitution"):
+            self.visit(node.command)
+        for attr in ("parts", "list", "redirects"):
+            if kind == "command" and attr == "parts":
+                continue  # command() walked them
+            for child in getattr(node, attr, None) or []:
+                self.visit(child)
+
+    def command(self, node: Any) -> None:
+        words = [p for p in node.parts if p.kind == "word"]
+        for part in node.parts:
+            if part.kind == "assignment" and self.allowed is not None:
+                self.refuse(node, "no_assignments",
+                            f"`{part.word.split('=', 1)[0]}=` can change what later commands run")
+            self.visit(part)
+        if not words:
+            return
+        name = words[0]
+        if name.word in _CWD_CHANGERS or name.parts or _EXPANDING.search(self.text(name)):
+            self.cwd_changed = True
+        if self.allowed is None:
+            return
+        if name.parts or _EXPANDING.search(self.text(name)):
+            self.refuse(node, "literal_command",
+                        f"the command name `{self.text(name)}` is expanded by the shell; "
+                        "name the command literally")
+            return
+        if name.word not in self.allowed:
+            if self.mode.name == "architect":
+                self.refuse(node, "read_only_commands",
+                            f"`{name.word}` is not one of the read-only commands architect mode "
+                            "runs")
+            else:
+                listed = ", ".join(sorted(self.allowed)) or "(none)"
+                self.refuse(node, "allowed_commands",
+                            f"`{name.word}` is not in allowed_commands [{listed}]")
+            return
+        if self.mode.name == "architect":
+            self.read_only_arguments(node, name.word, [w.word for w in words[1:]])
+
+    def read_only_arguments(self, node: Any, name: str, args: list[str]) -> None:
+        if name == "git" and (not args or args[0] not in READ_ONLY_GIT):
+            sub = args[0] if args else "(none)"
+            self.refuse(node, "read_only_options",
+                        f"git {sub}: architect mode runs only git "
+                        f"{', '.join(sorted(READ_ONLY_GIT))}, with no options before the "
+                        "subcommand")
+            return
+        for arg in args:
+            for refused in READ_ONLY_REFUSED_OPTIONS.get(name, ()):
+                if arg == refused or arg.startswith(refused):
+                    self.refuse(node, "read_only_options",
+                                f"`{name} {refused}` can write files or run programs")
+                    return
+
+    def redirect(self, node: Any) -> None:
+        heredoc = getattr(node, "heredoc", None)
+        if heredoc is not None and _SUBSTITUTION.search(heredoc.value or ""):
+            self.refuse(node, "unchecked_substitution",
+                        "a here-document that runs commands cannot be checked")
+        target = node.output
+        if not hasattr(target, "kind"):
+            return  # fd duplication or closing: 2>&1, 1>&-
+        self.visit(target)  # substitutions in the target run too
+        if node.type not in _WRITE_REDIRECTS or target.kind != "word":
+            return
+        if self.globs is None:
+            return
+        literal = not target.parts and not _EXPANDING.search(self.text(target))
+        if literal and target.word in HARMLESS_TARGETS:
+            return
+        if self.mode.name == "architect":
+            self.refuse(node, "no_writes", "architect mode writes no files; only /dev/null")
+            return
+        if not literal:
+            self.refuse(node, "allowed_globs",
+                        f"the write target `{self.text(target)}` is expanded by the shell; name "
+                        "the file literally")
+            return
+        if not target.word.startswith("/"):
+            self.relative_writes.append(node)
+        # realpath: a symlink inside an allowed directory must not lead the write elsewhere.
+        path = os.path.realpath(os.path.join(self.cwd, target.word))
+        if not any(glob.fullmatch(path) for glob in self.globs):
+            self.refuse(node, "allowed_globs",
+                        f"{path} matches none of allowed_globs")
+
+
+def _glob_regex(glob: str, workspace_root: str) -> re.Pattern[str]:
+    """A write glob as a regex over absolute paths: relative globs are under the workspace;
+    ``*`` and ``?`` stay inside one path component, ``**`` crosses them."""
+    absolute = glob if glob.startswith("/") else os.path.join(workspace_root, glob)
+    out, i = [], 0
+    while i < len(absolute):
+        if absolute.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif absolute.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif absolute[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif absolute[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(absolute[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def _short(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return _short(text[0] if text else type(exc).__name__, 80)

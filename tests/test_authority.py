@@ -1,0 +1,69 @@
+"""Who may do what: profiles, allow_tools, workspaces and the Agent action classes (R27)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.frontend.authority import (
+    LOCAL,
+    Caller,
+    agent_action_class,
+    authorize_agent_action,
+    tools_for,
+)
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ModeSpec
+
+ARCHITECT = ModeSpec(name="architect")
+WCGW = ModeSpec()
+
+
+def test_profiles_and_allow_tools() -> None:
+    assert tools_for("read-only", None) == {"Initialize", "Execution"}
+    assert tools_for("terminal", None) == {"Initialize", "BashCommand", "Execution", "Agent"}
+    assert tools_for("read-only", ["Execution", "Agent"]) == {"Initialize", "Execution", "Agent"}
+    assert tools_for("full", ["Execution"]) == {"Initialize", "Execution"}
+    with pytest.raises(ValueError, match="cannot grant BashCommand to profile read-only"):
+        tools_for("read-only", ["BashCommand"])
+    with pytest.raises(ValueError, match="unknown tools"):
+        tools_for("full", ["Shell"])
+
+
+def test_workspaces_are_roots_and_what_is_under_them() -> None:
+    caller = Caller("http:a", "full", tools_for("full", None), ("/srv/a",))
+    caller.check_workspace("/srv/a")
+    caller.check_workspace("/srv/a/project")
+    for outside in ("/srv/ab", "/srv", "/"):
+        with pytest.raises(TetherError) as caught:
+            caller.check_workspace(outside)
+        assert caught.value.code == ErrorCode.WORKSPACE_DENIED
+    LOCAL.check_workspace("/anything")
+
+
+@pytest.mark.parametrize(("action", "kind"), [
+    ("list", "observe"), ("get", "observe"), ("read", "observe"), ("explain", "observe"),
+    ("wait", "observe"), ("notifications", "observe"),
+    ("close", "control"), ("archive", "control"), ("label", "control"),
+    ("prompt", "input"), ("cancel", "input"), ("launch", "input"), ("resume", "input"),
+    ("unarchive", "input"), ("something_new", "input"),
+])
+def test_agent_actions_are_classified(action: str, kind: str) -> None:
+    assert agent_action_class(action) == kind
+    observer = Caller("http:w", "read-only", tools_for("read-only", ["Execution", "Agent"]))
+    if kind == "observe":
+        authorize_agent_action(observer, action, None)
+        authorize_agent_action(LOCAL, action, ARCHITECT)
+        return
+    with pytest.raises(TetherError) as no_bash:
+        authorize_agent_action(observer, action, WCGW)
+    assert no_bash.value.code == ErrorCode.TOOL_DENIED
+    assert no_bash.value.data["rule"] == "bash_authority"
+    authorize_agent_action(LOCAL, action, WCGW)
+    if kind == "control":
+        authorize_agent_action(LOCAL, action, ARCHITECT)
+        return
+    with pytest.raises(TetherError) as restricted:
+        authorize_agent_action(LOCAL, action, ARCHITECT)
+    assert restricted.value.code == ErrorCode.MODE_DENIED
+    assert restricted.value.data == {"mode": "architect", "action": action,
+                                     "rule": "agent_input_needs_wcgw", "input_sent": False}

@@ -1,0 +1,149 @@
+"""Thread modes through the real MCP client and a real guardian (R27): what each mode runs,
+what it refuses (naming segment and rule, typing nothing), and that the mode outlives the
+front-end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
+from tests.test_agent import _agent, _log_lines, _start_fake
+from tether.frontend.server import build_server
+from tether.shared.config import Config
+
+pytestmark = pytest.mark.anyio
+
+CODE_WRITER = {"allowed_commands": ["ls", "cat", "git"], "allowed_globs": ["notes/*.md"]}
+
+
+async def change_mode(client: Client, session: dict[str, Any], mode: str,
+                      code_writer: dict[str, Any] | None = None) -> dict[str, Any]:
+    args: dict[str, Any] = {"type": "change_mode", "workspace_root": session["workspace_root"],
+                            "thread_id": session["thread_id"], "mode": mode}
+    if code_writer is not None:
+        args["code_writer"] = code_writer
+    return (await call(client, "Initialize", args))["data"]
+
+
+async def refused(client: Client, session: dict[str, Any], action: dict[str, Any]) -> dict[str, Any]:
+    args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+            "action_json": action}
+    return await call_error(client, "BashCommand", args)
+
+
+async def history(client: Client, session: dict[str, Any]) -> list[str]:
+    listed = (await execution(client, session, {"type": "list", "limit": 128}))["data"]
+    return [record["command"] for record in listed["executions"]]
+
+
+async def test_code_writer_checks_every_segment(client: Client, workspace: Path) -> None:
+    (workspace / "x").write_text("keep me\n")
+    session = await initialize(client, workspace)
+    data = await change_mode(client, session, "code_writer", CODE_WRITER)
+    assert data["mode"] == "code_writer" and data["code_writer"] == CODE_WRITER
+
+    piped = await run(client, session, "ls | cat")
+    assert piped["exit_code"] == 0 and "x" in piped["output"].split()
+
+    for line, segment in [("ls; rm x", "rm x"), ("ls && $(rm x)", "rm x"),
+                          ("echo `rm x`", "rm x"), ("cat <(rm x)", "rm x"), ("ls | sh", "sh")]:
+        err = await refused(client, session, {"type": "command", "command": line})
+        assert err["code"] == "mode_denied", line
+        assert f"`{segment}`" in err["message"] and "allowed_commands" in err["message"], err
+        assert any(v["segment"] == segment and v["rule"] == "allowed_commands"
+                   for v in err["data"]["violations"]), err
+        assert err["data"]["input_sent"] is False
+
+    assert (workspace / "x").read_text() == "keep me\n"
+    assert await history(client, session) == ["ls | cat"]  # nothing refused reached the shell
+
+    (workspace / "notes").mkdir()
+    wrote = await run(client, session, "cat x > notes/copy.md")
+    assert wrote["exit_code"] == 0 and (workspace / "notes" / "copy.md").read_text() == "keep me\n"
+    outside = await refused(client, session, {"type": "command", "command": "cat x > copy.txt"})
+    assert outside["data"]["violations"][0]["rule"] == "allowed_globs"
+    assert not (workspace / "copy.txt").exists()
+
+
+async def test_architect_writes_nothing(client: Client, workspace: Path) -> None:
+    (workspace / "x").write_text("data\n")
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    err = await refused(client, session, {"type": "command", "command": "cat x > out.txt"})
+    assert err["code"] == "mode_denied"
+    assert err["data"]["violations"][0] == {
+        "segment": "> out.txt", "rule": "no_writes",
+        "detail": "architect mode writes no files; only /dev/null"}
+    assert not (workspace / "out.txt").exists()
+    read = await run(client, session, "cat x 2>/dev/null | wc -l")
+    assert read["exit_code"] == 0 and read["output"].strip() == "1"
+
+    typed = await refused(client, session, {"type": "send_text", "text": "rm x", "submit": True})
+    assert typed["data"]["violations"][0]["rule"] == "no_typing"
+    recall = await refused(client, session, {"type": "send_keys", "keys": ["Up", "Enter"]})
+    assert recall["data"]["violations"][0]["rule"] == "restricted_keys"
+    reader = await bash(client, session, {"type": "command", "command": "cat",
+                                          "is_background": True})
+    stopped = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                           "execution_id": reader["execution_id"]}, wait=5)
+    assert stopped["status"] == "exited"
+    assert (workspace / "x").exists()
+
+
+async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:
+    (workspace / "x").write_text("data\n")
+    async with Client(build_server(tether_env)) as first:
+        session = await initialize(first, workspace)
+        await change_mode(first, session, "code_writer", CODE_WRITER)
+    async with Client(build_server(tether_env)) as second:  # nothing carried over in memory
+        status = (await call(second, "Initialize", {
+            "type": "status", "workspace_root": str(workspace),
+            "thread_id": session["thread_id"]}))["data"]
+        assert status["mode"] == "code_writer" and status["code_writer"] == CODE_WRITER
+        err = await refused(second, session, {"type": "command", "command": "rm x"})
+        assert err["code"] == "mode_denied"
+        assert (workspace / "x").exists()
+        await change_mode(second, session, "wcgw")
+        assert (await run(second, session, "rm x"))["exit_code"] == 0
+        assert not (workspace / "x").exists()
+
+
+async def test_mode_arguments_are_checked(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    base = {"workspace_root": session["workspace_root"], "thread_id": session["thread_id"]}
+    missing = await call_error(client, "Initialize", {**base, "type": "change_mode",
+                                                      "mode": "code_writer"})
+    assert missing["code"] == "invalid_request" and "allowed_commands" in missing["message"]
+    stray = await call_error(client, "Initialize", {**base, "type": "change_mode",
+                                                    "mode": "architect",
+                                                    "code_writer": CODE_WRITER})
+    assert stray["code"] == "invalid_request"
+    status = (await call(client, "Initialize", {**base, "type": "status"}))["data"]
+    assert status["mode"] == "wcgw"
+    first = (await call(client, "Initialize", {"workspace_root": str(workspace),
+                                               "mode": "architect"}))["data"]
+    assert first["mode"] == "architect" and first["thread_id"] != session["thread_id"]
+
+
+async def test_agent_prompting_needs_wcgw(client: Client, workspace: Path, tmp_path: Path) -> None:
+    session = await initialize(client, workspace)
+    log = tmp_path / "agent.log"
+    eid = await _start_fake(client, session, log)
+    prompt = {"action": "prompt", "target": eid, "prompt_id": "p1", "text": "hello agent",
+              "recognizer": "claude", "timeout_seconds": 15}
+    for mode, config in (("architect", None), ("code_writer", CODE_WRITER)):
+        await change_mode(client, session, mode, config)
+        err = await _agent(client, session, prompt, error=True)
+        assert err["code"] == "mode_denied" and err["data"]["rule"] == "agent_input_needs_wcgw"
+        assert err["data"]["input_sent"] is False and mode in err["message"]
+        seen = (await _agent(client, session, {"action": "get", "target": eid}))["data"]
+        assert seen["execution"]["execution_id"] == eid  # observing is still allowed
+    assert _log_lines(log) == []
+    await change_mode(client, session, "wcgw")
+    receipt = (await _agent(client, session, prompt))["data"]["receipt"]
+    assert receipt["delivered"] is True and receipt.get("replayed") is None
+    assert _log_lines(log) == ["hello agent"]

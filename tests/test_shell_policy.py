@@ -1,0 +1,125 @@
+"""Restricted modes decide on the parsed command line (bashlex), segment by segment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.frontend.shell_policy import check_command, violations_of
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ModeSpec
+
+WS = "/w"
+CODE_WRITER = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+    "allowed_commands": ["ls", "cat", "git"], "allowed_globs": ["src/**", "*.md"]}})
+ARCHITECT = ModeSpec(name="architect")
+
+
+def refusals(mode: ModeSpec, command: str, cwd: str = WS) -> list[tuple[str, str]]:
+    return [(v.segment, v.rule) for v in violations_of(mode, command, cwd=cwd, workspace_root=WS)]
+
+
+@pytest.mark.parametrize("command", [
+    "ls | cat", "ls -la && cat README.md", "git status; git log -1", "(ls; cat x) | cat",
+    "ls 2>/dev/null", "ls 2>&1 | cat", "ls > src/a/b.py", "cat x > notes.md", "ls 1>&-",
+    '"ls" -l', "if ls; then cat x; fi", "for f in a b; do cat $f; done", "ls # $(rm x)",
+])
+def test_code_writer_lets_allowed_lines_through(command: str) -> None:
+    assert refusals(CODE_WRITER, command) == []
+
+
+@pytest.mark.parametrize(("command", "segment", "rule"), [
+    ("ls; rm x", "rm x", "allowed_commands"),
+    ("ls && $(rm x)", "rm x", "allowed_commands"),
+    ("ls || rm x", "rm x", "allowed_commands"),
+    ("echo `rm x`", "rm x", "allowed_commands"),
+    ("cat `rm x`", "rm x", "allowed_commands"),
+    ("cat <(rm x)", "rm x", "allowed_commands"),
+    ("cat >(rm x)", "rm x", "allowed_commands"),
+    ("ls | sh", "sh", "allowed_commands"),
+    ("(rm x)", "rm x", "allowed_commands"),
+    ("{ rm x; }", "rm x", "allowed_commands"),
+    ("if ls; then rm x; fi", "rm x", "allowed_commands"),
+    ("for f in $(rm x); do ls; done", "rm x", "allowed_commands"),
+    ("f() { rm x; }", "rm x", "allowed_commands"),
+    ("ls\nrm x", "rm x", "allowed_commands"),
+    ("! rm x", "rm x", "allowed_commands"),
+    ("ls > out.txt", "> out.txt", "allowed_globs"),
+    ("ls > src/../out.txt", "> src/../out.txt", "allowed_globs"),
+    ("ls > $HOME/x.md", "> $HOME/x.md", "allowed_globs"),
+    ("cd src && ls > a.md", "> a.md", "allowed_globs"),
+    ("FOO=1 ls", "FOO=1 ls", "no_assignments"),
+    ("PROMPT_COMMAND='rm x'", "PROMPT_COMMAND='rm x'", "no_assignments"),
+    ("$CMD x", "$CMD x", "literal_command"),
+    ("r? x", "r? x", "literal_command"),
+    ("{rm,x}", "{rm,x}", "literal_command"),
+    ("cat ${x:-$(rm y)}", "${x:-$(rm y)}", "unchecked_substitution"),
+    ("cat <<EOF\n$(rm x)\nEOF\n", "<<EOF\n$(rm x)\nEOF", "unchecked_substitution"),
+    ("[[ -f x ]] && rm x", "[[ -f x ]] && rm x", "unparsable"),
+    ("case a in a) rm x;; esac", "case a in a) rm x;; esac", "unparsable"),
+    ("echo $((1 + $(rm x)))", "echo $((1 + $(rm x)))", "unparsable"),
+    ("ls 'unterminated", "ls 'unterminated", "unparsable"),
+])
+def test_code_writer_refuses_naming_segment_and_rule(command: str, segment: str, rule: str) -> None:
+    assert (segment, rule) in refusals(CODE_WRITER, command)
+
+
+def test_a_symlink_inside_an_allowed_directory_does_not_lead_writes_out(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "out").symlink_to("/tmp")
+    mode = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["src/**"]}})
+    found = violations_of(mode, "echo > src/out/x", cwd=str(tmp_path), workspace_root=str(tmp_path))
+    assert [v.rule for v in found] == ["allowed_globs"]
+    assert violations_of(mode, "echo > src/y", cwd=str(tmp_path), workspace_root=str(tmp_path)) == []
+
+
+def test_all_means_no_limit_on_that_axis() -> None:
+    anything = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["*.md"]}})
+    assert refusals(anything, "rm -rf build; FOO=1 make") == []
+    assert refusals(anything, "make > log.txt") == [("> log.txt", "allowed_globs")]
+
+
+@pytest.mark.parametrize("command", [
+    "ls -la", "cat a | grep b | wc -l", "git log --oneline -5", "git diff HEAD~1",
+    "find . -name '*.py'", "ls 2>/dev/null", "head -5 x 2>&1", "cd sub && ls",
+])
+def test_architect_runs_read_only_lines(command: str) -> None:
+    assert refusals(ARCHITECT, command) == []
+
+
+@pytest.mark.parametrize(("command", "segment", "rule"), [
+    ("ls > out.txt", "> out.txt", "no_writes"),
+    ("ls >> out.txt", ">> out.txt", "no_writes"),
+    ("ls &> out.txt", "&> out.txt", "no_writes"),
+    ("ls >| out.txt", ">| out.txt", "no_writes"),
+    ("{ ls; } > out.txt", "> out.txt", "no_writes"),
+    ("echo hi | tee out.txt", "tee out.txt", "read_only_commands"),
+    ("rm x", "rm x", "read_only_commands"),
+    ("sed -i s/a/b/ x", "sed -i s/a/b/ x", "read_only_commands"),
+    ("find . -delete", "find . -delete", "read_only_options"),
+    ("find . -exec rm {} +", "find . -exec rm {} +", "read_only_options"),
+    ("git commit -m x", "git commit -m x", "read_only_options"),
+    ("git -c core.pager=sh log", "git -c core.pager=sh log", "read_only_options"),
+    ("git log --output=x", "git log --output=x", "read_only_options"),
+])
+def test_architect_refuses_writes(command: str, segment: str, rule: str) -> None:
+    assert (segment, rule) in refusals(ARCHITECT, command)
+
+
+def test_wcgw_checks_nothing() -> None:
+    assert refusals(ModeSpec(), "[[ -f x ]] && rm -rf / > /etc/passwd") == []
+
+
+def test_the_error_names_mode_segment_and_rule_and_says_nothing_was_typed() -> None:
+    with pytest.raises(TetherError) as caught:
+        check_command(CODE_WRITER, "ls; rm x", cwd=WS, workspace_root=WS)
+    err = caught.value
+    assert err.code == ErrorCode.MODE_DENIED
+    assert "code_writer" in err.message and "`rm x`" in err.message
+    assert "allowed_commands" in err.message and "nothing was typed" in err.message
+    assert err.data["violations"] == [{"segment": "rm x", "rule": "allowed_commands",
+                                       "detail": "`rm` is not in allowed_commands [cat, git, ls]"}]
+    assert err.data["input_sent"] is False
