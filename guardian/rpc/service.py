@@ -21,6 +21,7 @@ from tether.guardian.history.person import PersonDesk
 from tether.guardian.history.reads import History
 from tether.guardian.rpc.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
+from tether.guardian.runtime.modes import ThreadModes
 from tether.protocol import codec
 from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
 from tether.protocol.errors import ErrorCode, TetherError
