@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -177,3 +178,33 @@ async def test_receipt_survives_front_end_and_guardian_crashes(
         assert refused["code"] == "not_running" and refused["data"]["input_sent"] is False
         assert refused["data"]["status"] == "unknown"
         assert _log_lines(log) == ["survive"]
+
+
+async def test_concurrent_prompts_type_one_text(client: Client, workspace: Path,
+                                                tmp_path: Path) -> None:
+    """Issue 12 case 8: one input lock per terminal, from the readiness check to Enter. Two
+    prompts at once with different prompt_ids: one is typed, the other refused untyped."""
+    session = await initialize(client, workspace)
+    log = tmp_path / "agent.log"
+    eid = await _start_fake(client, session, log, "--busy-seconds 0.5")
+    delivered: list[str] = []
+    for round_ in range(3):
+        calls = [{"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+                  "action": "prompt", "target": eid, "prompt_id": f"r{round_}-{side}",
+                  "text": f"round {round_} from {side}", "recognizer": "claude",
+                  "timeout_seconds": 10} for side in ("a", "b")]
+        results = await asyncio.gather(*(client.call_tool("Agent", args) for args in calls))
+        contents = [r.structured_content for r in results]
+        assert all(c is not None for c in contents)
+        won = [(args, c) for args, c in zip(calls, contents, strict=True) if c and c["ok"]]
+        lost = [(args, c) for args, c in zip(calls, contents, strict=True) if c and not c["ok"]]
+        assert len(won) == 1 and len(lost) == 1, contents
+        assert lost[0][1]["code"] in ("input_not_ready", "target_busy"), lost[0][1]
+        assert lost[0][1]["data"]["input_sent"] is False
+        assert won[0][1]["data"]["receipt"]["wait_reached"] is True
+        delivered.append(won[0][0]["text"])
+        no_receipt = await _agent(client, session, {
+            "action": "wait", "target": eid, "prompt_id": lost[0][0]["prompt_id"],
+            "timeout_seconds": 0}, error=True)
+        assert no_receipt["code"] == "not_found"
+    assert _log_lines(log) == delivered

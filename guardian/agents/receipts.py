@@ -98,45 +98,48 @@ class PromptDesk:
                 + "; its runtime is gone and nothing was typed",
                 {"input_sent": False, "status": record["status"]},
             )
-        if catalog.count_receipts(params.execution_id, live.generation) >= MAX_RECEIPTS_PER_GENERATION:
-            raise TetherError(
-                ErrorCode.RECEIPT_LIMIT,
-                f"this runtime (generation {live.generation}) already has "
-                f"{MAX_RECEIPTS_PER_GENERATION} prompt receipts; nothing was typed",
-                {"input_sent": False, "limit": MAX_RECEIPTS_PER_GENERATION},
-            )
-        decision, _ = recognize_record(record, live, params.recognizer)
-        if decision.state != "awaiting_input":
-            raise TetherError(
-                ErrorCode.INPUT_NOT_READY,
-                f"the program is not waiting for input (recognized {decision.state}); "
-                "nothing was typed. Wait for its turn (wait_for_turn) and try again.",
-                {"input_sent": False, "state": decision.state, "recognition": decision.to_dict()},
-            )
-        receipt: dict[str, Any] = {
-            "prompt_id": params.prompt_id,
-            "execution_id": params.execution_id,
-            "generation": live.generation,
-            "runtime": live.runtime.identity.to_dict() if live.runtime.identity else None,
-            "recognizer": decision.recognizer,
-            "delivered": False,
-            "activity_observed": False,
-            "wait_reached": False,
-            "activity_unconfirmable": self._looks_like_marker(params.text, decision.recognizer),
-            "baseline": {
-                "output_activity_seq": live.activity_seq,
-                "screen_sha256": _screen_digest(live),
-                "state": decision.state,
-                "at_unix_ms": self._clock.now_ms(),
-            },
-            "observed_at_unix_ms": self._clock.now_ms(),
-        }
-        # Persisted before the first byte: a crash mid-delivery leaves an honest record.
-        catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
-        await self._type(live, params.text)
-        receipt["delivered"] = True
-        receipt["observed_at_unix_ms"] = self._clock.now_ms()
-        catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
+        # One input lock per terminal, from the readiness check through the typing to Enter:
+        # a second prompt (or any input) meanwhile is refused with target_busy, untyped.
+        with live.runtime.claim_input() as claim:
+            if catalog.count_receipts(params.execution_id, live.generation) >= MAX_RECEIPTS_PER_GENERATION:
+                raise TetherError(
+                    ErrorCode.RECEIPT_LIMIT,
+                    f"this runtime (generation {live.generation}) already has "
+                    f"{MAX_RECEIPTS_PER_GENERATION} prompt receipts; nothing was typed",
+                    {"input_sent": False, "limit": MAX_RECEIPTS_PER_GENERATION},
+                )
+            decision, _ = recognize_record(record, live, params.recognizer)
+            if decision.state != "awaiting_input":
+                raise TetherError(
+                    ErrorCode.INPUT_NOT_READY,
+                    f"the program is not waiting for input (recognized {decision.state}); "
+                    "nothing was typed. Wait for its turn (wait_for_turn) and try again.",
+                    {"input_sent": False, "state": decision.state, "recognition": decision.to_dict()},
+                )
+            receipt: dict[str, Any] = {
+                "prompt_id": params.prompt_id,
+                "execution_id": params.execution_id,
+                "generation": live.generation,
+                "runtime": live.runtime.identity.to_dict() if live.runtime.identity else None,
+                "recognizer": decision.recognizer,
+                "delivered": False,
+                "activity_observed": False,
+                "wait_reached": False,
+                "activity_unconfirmable": self._looks_like_marker(params.text, decision.recognizer),
+                "baseline": {
+                    "output_activity_seq": live.activity_seq,
+                    "screen_sha256": _screen_digest(live),
+                    "state": decision.state,
+                    "at_unix_ms": self._clock.now_ms(),
+                },
+                "observed_at_unix_ms": self._clock.now_ms(),
+            }
+            # Persisted before the first byte: a crash mid-delivery leaves an honest record.
+            catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
+            await self._type(live, params.text, claim)
+            receipt["delivered"] = True
+            receipt["observed_at_unix_ms"] = self._clock.now_ms()
+            catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
         await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return {"receipt": receipt, "replayed": False, "input_sent": True}
 
@@ -164,11 +167,11 @@ class PromptDesk:
             return True
         return state in ACTIVITY_STATES
 
-    async def _type(self, live: LiveExecution, text: str) -> None:
+    async def _type(self, live: LiveExecution, text: str, claim: object) -> None:
         loop = asyncio.get_running_loop()
         before = live.activity_seq
         try:
-            await live.runtime.write(text.encode(), timeout_s=5.0)
+            await live.runtime.write(text.encode(), timeout_s=5.0, claim=claim)
             typed_at = loop.time()
             deadline = typed_at + ECHO_WAIT_S
             while live.activity_seq == before and loop.time() < deadline:
@@ -182,7 +185,13 @@ class PromptDesk:
                     await self._notifier.wait(quiet_until - loop.time())
                 if live.activity_seq == seen:
                     break
-            await live.runtime.write(b"\r", timeout_s=5.0)
+            before_enter = live.activity_seq
+            await live.runtime.write(b"\r", timeout_s=5.0, claim=claim)
+            # Keep the input lock until the program has reacted to Enter: until then its
+            # screen still shows it waiting, and a second prompt would pass the check.
+            deadline = loop.time() + ECHO_WAIT_S
+            while live.activity_seq == before_enter and loop.time() < deadline:
+                await self._notifier.wait(deadline - loop.time())
         except (OSError, TimeoutError) as exc:
             raise TetherError(
                 ErrorCode.NOT_RUNNING,

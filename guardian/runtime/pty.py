@@ -14,11 +14,12 @@ import logging
 import os
 import signal
 import termios
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ptyprocess import PtyProcess
 
+from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.identity import ProcessIdentity, boot_id
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class PtyRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.identity: ProcessIdentity | None = None
         self.exit_status: ExitStatus | None = None
+        # The one input lock of this terminal (see claim_input); None when nobody types.
+        self._input_claim: object | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -158,12 +161,45 @@ class PtyRuntime:
 
     # -- input and control -----------------------------------------------------------------
 
-    async def write(self, data: bytes, *, timeout_s: float) -> int:
+    @contextlib.contextmanager
+    def claim_input(self) -> Iterator[object]:
+        """Hold this terminal's input lock: while held, every other write is refused with
+        ``target_busy`` (nothing typed) instead of interleaving with ours.
+
+        A prompt holds it from its readiness check through the typing to Enter, so two
+        prompts cannot both find the program waiting and then type into each other. Refusing
+        rather than queueing is deliberate: once the holder's Enter is typed the program is
+        busy, and a queued input would land in the middle of its turn.
+        """
+        if self._input_claim is not None:
+            raise TetherError(
+                ErrorCode.TARGET_BUSY,
+                "another input (a prompt, text, keys or a command) is being typed into this "
+                "terminal right now; nothing was typed. Wait for the program's turn "
+                "(wait_for_turn) and send again.",
+                {"input_sent": False},
+            )
+        token = object()
+        self._input_claim = token
+        try:
+            yield token
+        finally:
+            self._input_claim = None
+
+    async def write(self, data: bytes, *, timeout_s: float, claim: object | None = None) -> int:
         """Write all of ``data`` to the PTY, waiting for room; returns bytes written.
 
+        ``claim``: a token from :meth:`claim_input` held by the caller; without one the write
+        takes the input lock for itself (``target_busy`` when someone else holds it).
         Raises TimeoutError (with ``.written`` set) when the program does not read its input
         within ``timeout_s``: the caller reports a partial, uncertain delivery.
         """
+        if claim is None:
+            with self.claim_input() as own:
+                return await self.write(data, timeout_s=timeout_s, claim=own)
+        if claim is not self._input_claim:
+            raise TetherError(ErrorCode.TARGET_BUSY, "this terminal's input lock is no longer held",
+                              {"input_sent": False})
         proc = self._proc
         if proc is None or proc.fd < 0:
             raise BrokenPipeError("runtime has no terminal")
