@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +212,30 @@ async def test_attach_redraws_when_the_person_resizes(client: Client, workspace:
         assert viewer.wait_exit() == 0
     finally:
         viewer.close()
+
+
+async def test_attach_and_tail_stop_when_the_guardian_dies(
+    client: Client, tether_env: Config, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    eid = await _start(client, session, "echo alive; sleep 60")
+    await _wait_output(client, session, eid, "alive")
+    viewer = PersonTerminal(["attach", eid])
+    follower = subprocess.Popen([TETHER, "tail", "-f", eid], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        viewer.wait_for("alive")
+        assert follower.stdout is not None and follower.stdout.readline() == "alive\n"
+        [info] = [json.loads(p.read_text()) for p in tether_env.runtime_dir.glob("*/guardian.json")]
+        os.kill(info["pid"], signal.SIGKILL)
+        assert viewer.wait_exit(timeout=10) == 2  # promptly, not when a long poll times out
+        assert b"stopped watching " + eid.encode() in viewer.output()
+        assert b"has exited" in viewer.output()
+        _, stderr = follower.communicate(timeout=10)
+        assert follower.returncode == 2 and "has exited" in stderr, stderr
+    finally:
+        viewer.close()
+        follower.kill()
 
 
 async def test_attach_ends_with_the_execution(client: Client, workspace: Path) -> None:

@@ -134,6 +134,8 @@ class Attach:
         self.final: dict[str, Any] | None = None
         self.behind = False  # bytes were dropped unseen: repaint once caught up
         self._writing = asyncio.Lock()
+        self._repaints: set[asyncio.Task[Any]] = set()
+        self.failure: BaseException | None = None
 
     # -- output ----------------------------------------------------------------------------
 
@@ -261,21 +263,22 @@ class Attach:
         loop.add_reader(self.in_fd, self._on_input)
         loop.add_signal_handler(signal.SIGWINCH, self._on_winch)
         tasks = [loop.create_task(self.mirror()), loop.create_task(self.send_typed()),
-                 loop.create_task(self.detached.wait())]
+                 loop.create_task(self.detached.wait()), loop.create_task(self.entry.watch())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 failure = task.exception()
                 if failure is not None:
+                    self.failure = failure
                     raise failure
             if tasks[0] in done and not self.typed.empty():
                 # The program ended: what the person typed just before can still be sent.
                 with contextlib.suppress(TetherError):
                     await asyncio.wait_for(self._drain_typed(), 2)
         finally:
-            for task in tasks:
+            for task in [*tasks, *self._repaints]:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._repaints, return_exceptions=True)
             loop.remove_signal_handler(signal.SIGWINCH)
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.in_fd)
@@ -288,10 +291,14 @@ class Attach:
                 "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
 
     def _on_winch(self) -> None:
-        asyncio.get_running_loop().create_task(self.repaint())
+        task = asyncio.get_running_loop().create_task(self.repaint())
+        self._repaints.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._repaints.discard)
 
     def farewell(self) -> bytes:
-        if self.detached.is_set() or self.final is None:
+        if self.failure is not None:
+            what = f"stopped watching {self.execution_id}: {self.failure}"
+        elif self.detached.is_set() or self.final is None:
             what = f"detached from {self.execution_id}; it keeps running"
         else:
             code = self.final.get("exit_code")

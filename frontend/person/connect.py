@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
 from tether.protocol.errors import ErrorCode, TetherError
@@ -19,6 +19,7 @@ from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, canonical_workspace, ensure_private_dir
 
 RPC_TIMEOUT_S = 10.0
+T = TypeVar("T")
 
 
 @dataclass
@@ -47,6 +48,34 @@ class Found:
                                             f"the guardian of {self.workspace} is not running")
         self.handle.require(Capability.PERSON_VIEW)
         return await self.handle.call(method, {**self.scope(), **params}, timeout_s=timeout_s)
+
+
+    async def watch(self, interval_s: float = 0.5) -> None:
+        """Return never; raise ``guardian_unavailable`` as soon as the guardian process is
+        gone (a long poll would otherwise only notice when its deadline passes)."""
+        ident = ProcessIdentity.from_dict(self.info)
+        while True:
+            await asyncio.sleep(interval_s)
+            if ident is None or not ident.alive():
+                raise TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
+                                  f"the guardian of {self.workspace} (pid {self.info.get('pid')}) "
+                                  "has exited")
+
+
+async def watched(entry: Found, work: Awaitable[T]) -> T:
+    """``work``, failing fast when the guardian behind ``entry`` dies meanwhile."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(entry.watch())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        watcher.result()  # raises
+        raise AssertionError("unreachable")
+    finally:
+        for pending in (task, watcher):
+            pending.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
 
 
 def announced(config: Config) -> list[tuple[Path, dict[str, Any] | None]]:

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any
 
-from tether.frontend.person.connect import find_execution, guardians, run_cli
+from tether.frontend.person.connect import find_execution, guardians, run_cli, watched
 from tether.frontend.person.term import Progress
 from tether.protocol.methods import MAX_STREAM_BYTES
 from tether.shared.config import Config
@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(f"looking for {args.execution_id}"):
                 entry, _ = await find_execution(found, args.execution_id)
             try:
-                final = await tail(entry, args.execution_id, follow=args.follow,
-                                   last_bytes=args.bytes, out=out)
+                final = await watched(entry, tail(entry, args.execution_id, follow=args.follow,
+                                                  last_bytes=args.bytes, out=out))
             finally:
                 out.close()
         if args.follow:
