@@ -252,9 +252,18 @@ class Attach:
             while not self.typed.empty() and len(data) < MAX_TEXT_BYTES // 2:
                 data += self.typed.get_nowait()
             for start in range(0, len(data), MAX_TEXT_BYTES):
-                await self.entry.call("person.input", {
-                    "execution_id": self.execution_id, "data": data[start:start + MAX_TEXT_BYTES],
-                    "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
+                try:
+                    await self.entry.call("person.input", {
+                        "execution_id": self.execution_id,
+                        "data": data[start:start + MAX_TEXT_BYTES],
+                        "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
+                except TetherError as err:
+                    if err.code not in (ErrorCode.TARGET_BUSY, ErrorCode.NOT_RUNNING):
+                        raise
+                    # An agent's prompt is being typed (or the program just ended): these keys
+                    # were not typed. Say so with the bell rather than end the session.
+                    await self._show(b"\x07")
+                    break
 
     # -- the session -----------------------------------------------------------------------
 
