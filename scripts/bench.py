@@ -397,7 +397,7 @@ def main() -> int:
     print(f"tether attach of cat {args.ingest_mb} MB: {attach_rate:.1f} MB/s shown in the "
           f"person's terminal ({attach_bytes / 1e6:.0f} MB, {attach_repaints} repaints after "
           f"falling behind); raw PTY read {raw_rate:.1f} MB/s; ratio {attach_rate / raw_rate:.2f} "
-          "(target >= 0.7)")
+          f"(target >= 0.7); to the ingest rate above {attach_rate / rate:.2f}")
     print(f"tether attach of a program printing 10 MB/s for 3 s: {paced_rate:.1f} MB/s shown "
           f"({paced_bytes / 1e6:.1f} MB), {paced_repaints} repaints (keeps up when 0)")
     s50, i50 = _pct(restart, 0.5), _pct(import_mcp, 0.5)

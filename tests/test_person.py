@@ -238,6 +238,24 @@ async def test_attach_and_tail_stop_when_the_guardian_dies(
         follower.kill()
 
 
+async def test_attach_to_a_command_in_the_main_shell(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    started = await run(client, session, f"{sys.executable} {ECHO_LINES}", wait=0.5)
+    assert started["status"] == "running" and started["kind"] == "command"
+    eid = started["execution_id"]
+    await _wait_output(client, session, eid, "ready: echo program")
+    viewer = PersonTerminal(["attach", eid, "--write"])
+    try:
+        viewer.wait_for("ready: echo program")  # the shell's screen, prompt line included
+        viewer.type(b"via-shell\r")
+        viewer.wait_for("echo:via-shell")
+        viewer.type(b"\x04")  # Ctrl-D: end of input, the program exits
+        assert viewer.wait_exit() == 0
+        assert f"{eid} exited with exit code 0".encode() in viewer.output()
+    finally:
+        viewer.close()
+
+
 async def test_attach_ends_with_the_execution(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     go = workspace / "go"
