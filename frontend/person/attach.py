@@ -214,7 +214,10 @@ class Attach:
                     pending = self._fetch(self.offset, len(got["data"]))
                 if got["data"]:
                     await self._show(got["data"])
-                if caught_up and self.behind and epoch == self.epoch:
+                # Repaint once the output calms down (or ends), not at every momentary catch-up
+                # while it still pours: each repaint makes the guardian emulate the screen.
+                calm = len(got["data"]) < POURING_BYTES or ended
+                if caught_up and calm and self.behind and epoch == self.epoch:
                     if not ended:
                         pending.cancel()
                     await self.repaint()  # the screen as it is, now that we are level
