@@ -305,8 +305,14 @@ async def test_doctor_reports_stale_guardian_and_open_runtime_dir(
         "instance_id": "dead", "pid": gone.pid, "create_time": 1.0, "boot_id": "x",
         "endpoint": "ipc:///nowhere", "auth_token": "t", "protocol": "1.3",
         "workspace_root": str(tmp_path / "gone-ws")}))
+    gone_item = [i for i in json.loads(tether("ls", "--json").stdout)
+                 if i["guardian"]["instance_id"] == "dead"]
+    assert gone_item[0]["guardian"]["alive"] is False
+    assert gone_item[0]["error"]["code"] == "guardian_gone"
     tether_env.runtime_dir.chmod(0o755)
     try:
+        refused = tether("ls")
+        assert refused.returncode == 2 and "chmod 700" in refused.stderr
         sick = tether("doctor")
     finally:
         tether_env.runtime_dir.chmod(0o700)

@@ -336,8 +336,11 @@ def raw_mode(fd: int) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether attach", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="tether attach",
+        description="Watch an execution's terminal live in yours, like tmux attach: its "
+        "current screen, then its output as it comes. Read-only unless --write; the detach "
+        "key leaves the program running.")
     parser.add_argument("execution_id", metavar="ID")
     parser.add_argument("--write", action="store_true",
                         help="forward keystrokes to the program (recorded as a person event)")

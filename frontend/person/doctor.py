@@ -302,7 +302,10 @@ LABELS = {"ok": "ok", "info": "info", "warn": "WARN", "action": "ACTION"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether doctor", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="tether doctor", description="Check this installation (versions, directories, "
+        "guardians, sizes, usage log) and say what command fixes each problem. Exit status 1 "
+        "when something needs action.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:

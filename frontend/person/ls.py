@@ -124,7 +124,8 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether ls", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="tether ls", description="List guardians, their threads and executions.")
     parser.add_argument("--workspace", help="only this workspace's guardian")
     parser.add_argument("--all", action="store_true",
                         help=f"every retained record (up to {MAX_WORKSPACE_LIST} per guardian), "

@@ -71,7 +71,9 @@ def render(data: dict[str, Any], now_ms: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether show", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="tether show", description="Show one execution: its whole record, turn "
+        "recognition, prompt receipts, agent events and person events.")
     parser.add_argument("execution_id", metavar="ID")
     parser.add_argument("--workspace", help="look only in this workspace's guardian")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -119,8 +119,11 @@ async def tail(entry: Any, execution_id: str, *, follow: bool, last_bytes: int |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether tail", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="tether tail",
+        description="Print an execution's retained output; with -f, keep printing until it "
+        "ends. Output dropped by retention is a marked line. Into a pipe the text is plain "
+        "(no escape sequences, LF line ends).")
     parser.add_argument("execution_id", metavar="ID")
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing new output until the execution ends")
