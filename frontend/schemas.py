@@ -7,10 +7,33 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tether.protocol.methods import MAX_COLS, MAX_GENERATION, MAX_ROWS, MAX_WIRE_INT, MIN_COLS, MIN_ROWS
+from tether.protocol.limits import (
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_OBSERVE_PAGE_BYTES,
+    DEFAULT_PAGE_BYTES,
+    ID_PATTERN,
+    MAX_COLS,
+    MAX_GENERATION,
+    MAX_KEYS,
+    MAX_LIST_LIMIT,
+    MAX_OBSERVE_WAIT_MS,
+    MAX_PAGE_BYTES,
+    MAX_PROMPT_BYTES,
+    MAX_PROMPT_WAIT_MS,
+    MAX_QUIET_MS,
+    MAX_ROWS,
+    MAX_WAIT_IDS,
+    MAX_WAIT_MS,
+    MAX_WIRE_INT,
+    MIN_COLS,
+    MIN_PAGE_BYTES,
+    MIN_ROWS,
+    PROMPT_ID_PATTERN,
+    RECOGNIZER_PATTERN,
+)
 from tether.protocol.text import CleanText
 
-Id = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+Id = Annotated[str, Field(pattern=ID_PATTERN)]
 #: Every path, command and text is refused (never altered) when it holds NUL, a lone
 #: surrogate or invalid UTF-8; every integer has a range (nothing overflows the wire).
 WorkspaceRoot = Annotated[CleanText, Field(description="absolute path of the workspace")]
@@ -74,7 +97,7 @@ class SendTextAction(ToolArgs):
 class SendKeysAction(ToolArgs):
     type: Literal["send_keys"]
     generation: Generation | None = None
-    keys: list[str] = Field(min_length=1, max_length=64)
+    keys: list[str] = Field(min_length=1, max_length=MAX_KEYS)
     execution_id: Id | None = None
 
 
@@ -84,7 +107,7 @@ class ScreenAction(ToolArgs):
     lines: int | None = Field(default=None, ge=1, le=MAX_ROWS)
 
 
-Recognizer = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$",
+Recognizer = Annotated[str, Field(pattern=RECOGNIZER_PATTERN,
                                    description="auto, or claude, codex, opencode, gemini, aider, shell")]
 
 
@@ -92,8 +115,8 @@ class WaitForTurnAction(ToolArgs):
     type: Literal["wait_for_turn"]
     execution_id: Id
     recognizer: Recognizer = "auto"
-    quiet_ms: int = Field(default=500, ge=0, le=10_000)
-    timeout_seconds: float = Field(default=30, ge=0, le=60)
+    quiet_ms: int = Field(default=500, ge=0, le=MAX_QUIET_MS)
+    timeout_seconds: float = Field(default=30, ge=0, le=MAX_WAIT_MS // 1000)
 
 
 BashAction = Annotated[
@@ -110,7 +133,7 @@ class BashCommandArgs(ToolArgs):
     thread_id: Id
     workspace_root: WorkspaceRoot
     action_json: BashAction
-    wait_for_seconds: float | None = Field(default=None, ge=0, le=60)
+    wait_for_seconds: float | None = Field(default=None, ge=0, le=MAX_WAIT_MS // 1000)
 
     @field_validator("action_json", mode="before")
     @classmethod
@@ -127,13 +150,14 @@ class BashCommandArgs(ToolArgs):
 class ObserveItemArgs(ToolArgs):
     execution_id: Id
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = Field(default=2048, ge=0, le=MAX_WIRE_INT)  # the guardian checks 4-65536
+    # The guardian checks the page range per item (one bad item does not sink the request).
+    page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
     cursor: str | None = None
 
 
 class ListAction(ToolArgs):
     type: Literal["list"]
-    limit: int = Field(default=20, ge=1, le=128)
+    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT)
 
 
 class GetAction(ToolArgs):
@@ -145,14 +169,14 @@ class ReadAction(ToolArgs):
     type: Literal["read"]
     execution_id: Id
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = Field(default=16 * 1024, ge=4, le=64 * 1024)
+    page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
     cursor: str | None = None
 
 
 class ObserveAction(ToolArgs):
     type: Literal["observe"]
     items: list[ObserveItemArgs]
-    timeout_seconds: float = Field(default=5, ge=0, le=30)
+    timeout_seconds: float = Field(default=5, ge=0, le=MAX_OBSERVE_WAIT_MS // 1000)
 
 
 WaitEvent = Literal[
@@ -162,9 +186,9 @@ WaitEvent = Literal[
 
 class WaitAction(ToolArgs):
     type: Literal["wait"]
-    execution_ids: list[Id] = Field(min_length=1, max_length=32)
+    execution_ids: list[Id] = Field(min_length=1, max_length=MAX_WAIT_IDS)
     after: str | None = None
-    timeout_seconds: float = Field(default=5, ge=0, le=30)
+    timeout_seconds: float = Field(default=5, ge=0, le=MAX_OBSERVE_WAIT_MS // 1000)
     events: list[WaitEvent] | None = None
 
 
@@ -196,13 +220,14 @@ class AgentArgs(ToolArgs):
     backend: Literal["native", "herdr"] = "native"
     action: Literal["list", "get", "read", "explain", "wait", "prompt"]
     target: Id | None = Field(default=None, description="execution_id of the agent")
-    prompt_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")] | None = None
-    text: CleanText | None = Field(default=None, description="prompt text (at most 16 KiB)")
+    prompt_id: Annotated[str, Field(pattern=PROMPT_ID_PATTERN)] | None = None
+    text: CleanText | None = Field(
+        default=None, description=f"prompt text (at most {MAX_PROMPT_BYTES // 1024} KiB)")
     recognizer: Recognizer = "auto"
-    timeout_seconds: float = Field(default=10, ge=0, le=30)
-    limit: int = Field(default=20, ge=1, le=128)
+    timeout_seconds: float = Field(default=10, ge=0, le=MAX_PROMPT_WAIT_MS // 1000)
+    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT)
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = Field(default=16 * 1024, ge=4, le=64 * 1024)
+    page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
     cursor: str | None = None
     events: list[WaitEvent] | None = None
     after: str | None = None

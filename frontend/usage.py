@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.protocol.limits import DEFAULT_WAIT_MS, MAX_INPUT_WAIT_MS
+
 if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): keep it light
     import mcp_types as types
 
@@ -48,8 +50,6 @@ PHASES = ("validation", "admission", "catalog", "runtime_capture", "prompt_rpc",
 WORKFLOW_TOOLS = frozenset({"Execution", "Agent"})
 #: BashCommand actions that consume ``wait_for_seconds`` (screen and wait_for_turn do not).
 WAITING_ACTIONS = frozenset({"command", "status_check", "send_text", "send_keys"})
-DEFAULT_BASH_WAIT_MS = 5000
-MAX_INPUT_WAIT_MS = 5000
 
 _current: contextvars.ContextVar[CallRecorder | None] = contextvars.ContextVar(
     "tether_usage_call", default=None
@@ -388,7 +388,7 @@ def _wait_fields(
     content = result.structured_content if result is not None else None
     if not isinstance(content, dict) or content.get("code") == "invalid_request":
         return fields
-    wait_ms = fields.get("requested_wait_ms", DEFAULT_BASH_WAIT_MS)
+    wait_ms = fields.get("requested_wait_ms", DEFAULT_WAIT_MS)
     if action in ("send_text", "send_keys"):
         wait_ms = min(wait_ms, MAX_INPUT_WAIT_MS)
     if action == "command" and _action_json(args).get("is_background") is True:

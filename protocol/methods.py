@@ -1,5 +1,7 @@
 """The RPC methods: their params models and the capability each one needs.
 
+Limits and id patterns come from :mod:`tether.protocol.limits` (one definition each).
+
 Params models ignore unknown keys (a newer front-end may send fields an older guardian does
 not know) but validate every known field strictly. Results are plain msgpack maps whose
 shapes are documented on the guardian handler that produces them.
@@ -12,28 +14,46 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import (
+    DEFAULT_COLS,
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_OBSERVE_PAGE_BYTES,
+    DEFAULT_PAGE_BYTES,
+    DEFAULT_ROWS,
+    ID_PATTERN,
+    MAX_COLS,
+    MAX_CURSOR,
+    MAX_GENERATION,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_KEYS,
+    MAX_LIST_LIMIT,
+    MAX_OBSERVE_WAIT_MS,
+    MAX_OFFSET,
+    MAX_PAGE_BYTES,
+    MAX_PATH,
+    MAX_PRINCIPAL,
+    MAX_PROMPT_WAIT_MS,
+    MAX_QUIET_MS,
+    MAX_ROWS,
+    MAX_STREAM_BYTES,
+    MAX_STREAM_LINGER_MS,
+    MAX_STREAM_WAIT_MS,
+    MAX_TEXT_BYTES,
+    MAX_WAIT_IDS,
+    MAX_WAIT_MS,
+    MAX_WIRE_INT,
+    MAX_WORKSPACE_LIST,
+    MIN_COLS,
+    MIN_PAGE_BYTES,
+    MIN_ROWS,
+    PROMPT_ID_PATTERN,
+    RECOGNIZER_PATTERN,
+)
 from tether.protocol.text import UNSAFE_TEXT_ERROR, CleanText
 from tether.protocol.versions import Capability
 
-# Limits shared by both sides (SPEC §5, §6). The front-end checks them before sending so a
-# request over a limit never reaches the guardian; the guardian checks them again.
-MAX_COMMAND_BYTES = 64 * 1024
-MAX_TEXT_BYTES = 64 * 1024
-MAX_KEYS = 64
-MAX_WAIT_MS = 60_000
-MIN_ROWS, MAX_ROWS = 2, 500
-MIN_COLS, MAX_COLS = 10, 1000
-DEFAULT_ROWS, DEFAULT_COLS = 40, 120
-MAX_IDEMPOTENCY_KEY = 128
-#: Upper bound of a generation and of any count the guardian range-checks itself: every
-#: integer on the wire has a range, so none can overflow msgpack (64 bits) on either side.
-MAX_GENERATION = 2**31 - 1
-MAX_WIRE_INT = 2**31 - 1
-#: Absolute journal offsets grow past 2**31 on long-lived executions; JSON-safe bound.
-MAX_OFFSET = 2**53
-
-ExecutionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-ThreadId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ExecutionId = Annotated[str, Field(pattern=ID_PATTERN)]
+ThreadId = Annotated[str, Field(pattern=ID_PATTERN)]
 VersionPart = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 IdempotencyKey = Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)]
 
@@ -53,14 +73,14 @@ class HelloParams(Params):
 class Scoped(Params):
     """Every thread-scoped call names the principal, workspace and thread it acts for."""
 
-    principal: str = Field(min_length=1, max_length=128)
-    workspace_root: CleanText = Field(min_length=1, max_length=4096)
+    principal: str = Field(min_length=1, max_length=MAX_PRINCIPAL)
+    workspace_root: CleanText = Field(min_length=1, max_length=MAX_PATH)
     thread_id: ThreadId
 
 
 class ThreadOpenParams(Params):
-    principal: str = Field(min_length=1, max_length=128)
-    workspace_root: CleanText = Field(min_length=1, max_length=4096)
+    principal: str = Field(min_length=1, max_length=MAX_PRINCIPAL)
+    workspace_root: CleanText = Field(min_length=1, max_length=MAX_PATH)
     thread_id: ThreadId | None = None
     # Initialize {type: status}: describe the thread, start nothing (no shell, no generation).
     read_only: bool = False
@@ -102,7 +122,7 @@ class ExecScreenParams(Scoped):
 
 
 class ExecListParams(Scoped):
-    limit: int = Field(default=20, ge=1, le=128)
+    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT)
     kind: Literal["command", "background", "agent"] | None = None
     agents_only: bool = False  # executions running a known agent CLI (or launched as agents)
 
@@ -114,35 +134,34 @@ class ExecGetParams(Scoped):
 class ExecReadParams(Scoped):
     execution_id: ExecutionId
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = Field(default=16 * 1024, ge=4, le=64 * 1024)
-    cursor: str | None = Field(default=None, max_length=1024)
+    page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
+    cursor: str | None = Field(default=None, max_length=MAX_CURSOR)
 
 
 class ObserveItem(Params):
     execution_id: ExecutionId
     source: Literal["output", "screen", "detection"] = "output"
-    page_bytes: int = Field(default=2048, ge=0, le=MAX_WIRE_INT)  # range rule: reads.py
-    cursor: str | None = Field(default=None, max_length=1024)
+    # Range checked by exec.observe itself, so one bad item does not sink the request.
+    page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
+    cursor: str | None = Field(default=None, max_length=MAX_CURSOR)
 
 
 class ExecObserveParams(Scoped):
     items: list[ObserveItem]
-    timeout_ms: int = Field(default=5000, ge=0, le=30_000)
+    timeout_ms: int = Field(default=5000, ge=0, le=MAX_OBSERVE_WAIT_MS)
 
 
 class ExecWaitParams(Scoped):
-    execution_ids: list[ExecutionId] = Field(min_length=1, max_length=32)
-    after: str | None = Field(default=None, max_length=1024)
-    timeout_ms: int = Field(default=5000, ge=0, le=30_000)
+    execution_ids: list[ExecutionId] = Field(min_length=1, max_length=MAX_WAIT_IDS)
+    after: str | None = Field(default=None, max_length=MAX_CURSOR)
+    timeout_ms: int = Field(default=5000, ge=0, le=MAX_OBSERVE_WAIT_MS)
     events: list[
         Literal["state", "output", "exited", "awaiting_input", "awaiting_approval", "busy", "unknown"]
     ] | None = None
 
 
-RecognizerName = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")]
-PromptId = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
-MAX_PROMPT_BYTES = 16 * 1024
-MAX_PROMPT_WAIT_MS = 30_000
+RecognizerName = Annotated[str, Field(pattern=RECOGNIZER_PATTERN)]
+PromptId = Annotated[str, Field(pattern=PROMPT_ID_PATTERN)]
 
 
 class ExecExplainParams(Scoped):
@@ -153,7 +172,7 @@ class ExecExplainParams(Scoped):
 class ExecWaitTurnParams(Scoped):
     execution_id: ExecutionId
     recognizer: RecognizerName = "auto"
-    quiet_ms: int = Field(default=500, ge=0, le=10_000)
+    quiet_ms: int = Field(default=500, ge=0, le=MAX_QUIET_MS)
     timeout_ms: int = Field(default=30_000, ge=0, le=MAX_WAIT_MS)
 
 
@@ -175,14 +194,8 @@ class WorkspaceScoped(Params):
     """A person's request over a whole workspace (every thread), from the guardian's own user
     holding its token: ``tether ls``, ``show``, ``tail``, ``attach``."""
 
-    principal: str = Field(min_length=1, max_length=128)
-    workspace_root: str = Field(min_length=1, max_length=4096)
-
-
-MAX_WORKSPACE_LIST = 1000
-MAX_STREAM_BYTES = 1024 * 1024
-MAX_STREAM_WAIT_MS = 30_000
-MAX_STREAM_LINGER_MS = 100
+    principal: str = Field(min_length=1, max_length=MAX_PRINCIPAL)
+    workspace_root: str = Field(min_length=1, max_length=MAX_PATH)
 
 
 class WorkspaceListParams(WorkspaceScoped):
@@ -216,7 +229,7 @@ class PersonInputParams(WorkspaceScoped):
     model_config = ConfigDict(extra="ignore", frozen=True, ser_json_bytes="base64")
     execution_id: ExecutionId
     data: bytes = Field(min_length=1, max_length=MAX_TEXT_BYTES)
-    attach_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    attach_id: Annotated[str, Field(pattern=ID_PATTERN)]
     idempotency_key: IdempotencyKey
 
 

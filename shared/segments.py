@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.protocol.limits import EXECUTION_RETAIN_BYTES
+
 #: Output retained per execution (R17): the last 1 MiB.
-DEFAULT_RETAIN_BYTES = 1024 * 1024
+DEFAULT_RETAIN_BYTES = EXECUTION_RETAIN_BYTES
 
 
 @dataclass(slots=True)

@@ -26,13 +26,12 @@ import tty
 from dataclasses import dataclass
 from typing import Any
 
-from tether.frontend.person.connect import Found, find_execution, guardians, run_cli
+from tether.frontend.person.connect import FOLLOW_WAIT_MS, Found, find_execution, guardians, run_cli
 from tether.frontend.person.term import Progress, width
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import MAX_STREAM_BYTES, MAX_TEXT_BYTES
+from tether.protocol.limits import MAX_STREAM_BYTES, MAX_TEXT_BYTES, RPC_SLACK_S
 from tether.shared.config import Config
 
-FOLLOW_WAIT_MS = 10_000
 #: Batching of live output: once output has started, a reply waits a moment for more (up to
 #: 256 KiB), so a program at full speed costs tens of replies a second instead of one per PTY
 #: read. The wait is 2 ms while output trickles (a keystroke's echo stays immediate) and
@@ -179,7 +178,7 @@ class Attach:
             "exec.stream", {"execution_id": self.execution_id, "offset": offset,
                             "max_bytes": MAX_STREAM_BYTES, "timeout_ms": FOLLOW_WAIT_MS,
                             "min_bytes": BATCH_BYTES, "linger_ms": linger},
-            timeout_s=FOLLOW_WAIT_MS / 1000 + 10))
+            timeout_s=FOLLOW_WAIT_MS / 1000 + RPC_SLACK_S))
 
     async def mirror(self) -> None:
         """Fetch the next chunk while the last one is being written (a two-stage pipeline).

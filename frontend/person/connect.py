@@ -13,12 +13,14 @@ from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import RPC_SLACK_S
 from tether.protocol.versions import Capability
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, canonical_workspace, ensure_private_dir
 
-RPC_TIMEOUT_S = 10.0
+#: How long ``tether tail -f`` and ``tether attach`` ask the guardian to wait for output.
+FOLLOW_WAIT_MS = 10_000
 T = TypeVar("T")
 
 
@@ -41,7 +43,7 @@ class Found:
         return {"principal": self.info.get("principal") or "local",
                 "workspace_root": self.info.get("workspace_root")}
 
-    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = RPC_TIMEOUT_S
+    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = RPC_SLACK_S
                    ) -> Any:
         if self.handle is None:
             raise self.error or TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,

@@ -24,6 +24,7 @@ from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress
 from tether.frontend.usage import DEFAULT_MAX_BYTES
 from tether.protocol.errors import TetherError
+from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import known_minor_versions
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -32,9 +33,6 @@ from tether.shared.paths import GuardianPaths
 PACKAGES = ("tether", "mcp", "pyzmq", "msgpack", "ptyprocess", "pyte", "pydantic", "filelock",
             "psutil", "wcwidth")
 #: Retention limits (SPEC R17), to compare what is on disk with.
-EXECUTION_OUTPUT_BYTES = 1024 * 1024
-THREAD_BYTES = 16 * 1024 * 1024
-THREAD_RECORDS = 128
 
 
 @dataclass
@@ -196,7 +194,7 @@ class Doctor:
                 threads = db.execute("SELECT count(*) FROM threads").fetchone()[0]
                 over_records = [row[0] for row in db.execute(
                     "SELECT thread_id FROM executions GROUP BY thread_id HAVING count(*) > ?",
-                    (THREAD_RECORDS,))]
+                    (THREAD_MAX_RECORDS,))]
             finally:
                 db.close()
         except sqlite3.Error as exc:
@@ -211,20 +209,20 @@ class Doctor:
             per_execution[execution_id] = per_execution.get(execution_id, 0) + size
             if execution_id not in known:
                 orphans += size
-        budget = max(1, threads) * THREAD_BYTES
+        budget = max(1, threads) * THREAD_MAX_BYTES
         level = "ok" if journal_bytes <= budget else "warn"
         self.add(level, f"{workspace}: catalog {catalog_bytes / 1e6:.1f} MB, {len(known)} records "
                  f"in {threads} threads; journals {journal_bytes / 1e6:.1f} MB of "
                  f"{budget / 1e6:.0f} MB allowed ({threads} threads × 16 MiB)",
                  None if level == "ok" else "retention trims on the next catalog operation; "
                  "if it stays, restart the guardian")
-        big = [e for e, size in per_execution.items() if size > 2 * EXECUTION_OUTPUT_BYTES]
+        big = [e for e, size in per_execution.items() if size > 2 * EXECUTION_RETAIN_BYTES]
         if big:
             self.add("warn", f"{len(big)} journals hold more than the 1 MiB retained per "
                      "execution (plus one segment being written)",
                      f"tether guardians restart --workspace {workspace} --yes")
         if over_records:
-            self.add("warn", f"threads over {THREAD_RECORDS} records: {', '.join(over_records)}",
+            self.add("warn", f"threads over {THREAD_MAX_RECORDS} records: {', '.join(over_records)}",
                      "retention prunes them on the next listing (tether ls)")
         if orphans:
             self.add("warn", f"{orphans} bytes of journals belong to no record in "

@@ -15,7 +15,7 @@ import psutil
 from tether.frontend.person.connect import Found, guardians, run_cli
 from tether.frontend.person.term import Progress, table
 from tether.protocol.errors import TetherError
-from tether.protocol.methods import MAX_WORKSPACE_LIST
+from tether.protocol.limits import MAX_WORKSPACE_LIST
 from tether.shared.config import Config
 
 DEFAULT_LIMIT = 20

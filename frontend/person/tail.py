@@ -15,13 +15,16 @@ import re
 import sys
 from typing import Any
 
-from tether.frontend.person.connect import find_execution, guardians, run_cli, watched
+from tether.frontend.person.connect import (
+    FOLLOW_WAIT_MS,
+    find_execution,
+    guardians,
+    run_cli,
+    watched,
+)
 from tether.frontend.person.term import Progress
-from tether.protocol.methods import MAX_STREAM_BYTES
+from tether.protocol.limits import MAX_STREAM_BYTES, RPC_SLACK_S
 from tether.shared.config import Config
-
-#: How long one follow request waits for output before asking again.
-FOLLOW_WAIT_MS = 10_000
 
 _ESCAPES = re.compile(
     rb"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
@@ -107,7 +110,7 @@ async def tail(entry: Any, execution_id: str, *, follow: bool, last_bytes: int |
         got = await entry.call("exec.stream", {
             "execution_id": execution_id, "offset": offset, "max_bytes": MAX_STREAM_BYTES,
             "timeout_ms": wait, "min_bytes": 64 * 1024, "linger_ms": 10},
-            timeout_s=wait / 1000 + 10)
+            timeout_s=wait / 1000 + RPC_SLACK_S)
         if got["gap"]:
             out.gap(got["gap"])
         if got["data"]:

@@ -15,8 +15,7 @@ from tether.frontend.modes import check_agent_action
 from tether.frontend.schemas import AgentArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
-
-RPC_SLACK_S = 10.0
+from tether.protocol.limits import RPC_SLACK_S
 
 
 class AgentTool(Tool):

@@ -20,11 +20,14 @@ from tether.frontend.schemas import (
     WaitForTurnAction,
 )
 from tether.frontend.tools.base import Progress, Session, Tool
-from tether.protocol.methods import DEFAULT_COLS, DEFAULT_ROWS
+from tether.protocol.limits import (
+    DEFAULT_COLS,
+    DEFAULT_ROWS,
+    DEFAULT_WAIT_MS,
+    MAX_INPUT_WAIT_MS,
+    RPC_SLACK_S,
+)
 
-DEFAULT_WAIT_S = 5.0
-#: Time for the RPC beyond the wait itself (delivery, rendering, transport).
-RPC_SLACK_S = 10.0
 PROGRESS_EVERY_S = 1.0
 
 
@@ -48,7 +51,7 @@ class BashCommandTool(Tool):
         root, scope = session.scope(args.thread_id, args.workspace_root)
         action = args.action_json
         await check_bash_action(session, root, scope, action)
-        wait_s = DEFAULT_WAIT_S if args.wait_for_seconds is None else args.wait_for_seconds
+        wait_s = DEFAULT_WAIT_MS / 1000 if args.wait_for_seconds is None else args.wait_for_seconds
         wait_ms = int(wait_s * 1000)
         method: str
         params: dict[str, Any]
@@ -66,7 +69,7 @@ class BashCommandTool(Tool):
         elif isinstance(action, SendTextAction | SendKeysAction):
             method, params = "exec.input", {
                 **scope, "execution_id": action.execution_id,
-                "idempotency_key": session.idempotency_key(), "wait_ms": min(wait_ms, 5000),
+                "idempotency_key": session.idempotency_key(), "wait_ms": min(wait_ms, MAX_INPUT_WAIT_MS),
                 "generation": action.generation,
             }
             if isinstance(action, SendTextAction):

@@ -18,8 +18,7 @@ from tether.frontend.schemas import (
 )
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode
-
-RPC_SLACK_S = 5.0
+from tether.protocol.limits import RPC_SLACK_S
 
 
 class ExecutionTool(Tool):

@@ -15,7 +15,8 @@ from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 
-RPC_TIMEOUT_S = 15.0
+#: Opening a thread may start its guardian and its shell: more than an ordinary call.
+THREAD_OPEN_TIMEOUT_S = 15.0
 
 
 class InitializeTool(Tool):
@@ -50,7 +51,7 @@ class InitializeTool(Tool):
                 root, "thread.reset_shell",
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id, "idempotency_key": session.idempotency_key()},
-                timeout_s=RPC_TIMEOUT_S,
+                timeout_s=THREAD_OPEN_TIMEOUT_S,
             )
             handle = await locator.handle(root)
         else:
@@ -60,7 +61,7 @@ class InitializeTool(Tool):
                 root, "thread.open",
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id},
-                timeout_s=RPC_TIMEOUT_S,
+                timeout_s=THREAD_OPEN_TIMEOUT_S,
             )
             handle = await locator.handle(root)
         data: dict[str, Any] = {
@@ -128,7 +129,7 @@ async def _status(session: Session, root: str, thread_id: str | None,
         result: dict[str, Any] = await handle.call(
             "thread.open", {"principal": session.principal, "workspace_root": root,
                             "thread_id": thread_id, "read_only": True},
-            timeout_s=RPC_TIMEOUT_S)
+            timeout_s=THREAD_OPEN_TIMEOUT_S)
         return result
     row = session.locator.known_thread(root, thread_id)
     if row is None:

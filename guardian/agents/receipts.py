@@ -26,7 +26,8 @@ from tether.guardian.agents.recognize import ScreenView, UnknownRecognizerError,
 from tether.guardian.agents.turns import READY_STATES, recognize_record
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import MAX_PROMPT_BYTES, AgentPromptParams, AgentReceiptParams
+from tether.protocol.limits import MAX_PROMPT_BYTES
+from tether.protocol.methods import AgentPromptParams, AgentReceiptParams
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable

@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING, Any
 from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import (
+    MAX_OBSERVE_BUDGET,
+    MAX_OBSERVE_ITEMS,
+    MAX_PAGE_BYTES,
+    MIN_PAGE_BYTES,
+)
 from tether.protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
 from tether.shared.cursors import CursorSigner, load_secret
 
@@ -28,9 +34,6 @@ if TYPE_CHECKING:
     from tether.shared.catalog import Catalog
     from tether.shared.paths import GuardianPaths
 
-MAX_OBSERVE_ITEMS = 32
-MIN_PAGE, MAX_PAGE = 4, 65_536
-MAX_OBSERVE_BUDGET = 65_536
 ZERO_TIMEOUT_BUDGET_S = 0.25
 _RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
 
@@ -325,11 +328,11 @@ def _validate_observe(params: ExecObserveParams) -> None:
                 {"rule": "observe_duplicate_item", "index": index},
             )
         seen.add(pair)
-        if not MIN_PAGE <= item.page_bytes <= MAX_PAGE:
+        if not MIN_PAGE_BYTES <= item.page_bytes <= MAX_PAGE_BYTES:
             raise TetherError(
                 ErrorCode.LIMIT_EXCEEDED,
                 f"item {index} asks for a {item.page_bytes}-byte page; pages are "
-                f"{MIN_PAGE}-{MAX_PAGE} bytes",
+                f"{MIN_PAGE_BYTES}-{MAX_PAGE_BYTES} bytes",
                 {"rule": "observe_page_bytes", "index": index},
             )
         total += item.page_bytes

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.guardian.history.journal import Journal
+from tether.protocol.limits import RECORD_TTL_MS, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.shared.catalog import TERMINAL_STATUSES, Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
@@ -19,9 +20,9 @@ from tether.shared.paths import GuardianPaths
 
 @dataclass(frozen=True, slots=True)
 class RetentionLimits:
-    max_records: int = 128
-    max_bytes: int = 16 * 1024 * 1024
-    ttl_ms: int = 24 * 3600 * 1000
+    max_records: int = THREAD_MAX_RECORDS
+    max_bytes: int = THREAD_MAX_BYTES
+    ttl_ms: int = RECORD_TTL_MS
 
 
 class Retention:

@@ -13,7 +13,8 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.keys import keys_bytes
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import MAX_TEXT_BYTES, ExecInputParams
+from tether.protocol.limits import MAX_TEXT_BYTES
+from tether.protocol.methods import ExecInputParams
 
 
 async def deliver(live: LiveExecution, data: bytes, timeout_s: float) -> None:

@@ -22,7 +22,8 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.screen import TerminalScreen
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import MAX_COMMAND_BYTES, ExecStartParams
+from tether.protocol.limits import MAX_COMMAND_BYTES
+from tether.protocol.methods import ExecStartParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths

@@ -17,7 +17,8 @@ from tether.guardian.runtime.pty import ExitStatus
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import DEFAULT_COLS, DEFAULT_ROWS, ResetShellParams, ThreadOpenParams
+from tether.protocol.limits import DEFAULT_COLS, DEFAULT_ROWS
+from tether.protocol.methods import ResetShellParams, ThreadOpenParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths

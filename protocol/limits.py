@@ -1,0 +1,89 @@
+"""Every id pattern, limit and timeout that more than one module relies on, defined once.
+
+Both sides read these: the front-end checks a limit before sending, so a request over it never
+reaches the guardian, and the guardian checks it again (SPEC §5, §6). A number that appears in
+a tool schema, a params model, a guardian check and a person's report is named here, so the
+four cannot drift apart.
+"""
+
+from __future__ import annotations
+
+# -- ids -------------------------------------------------------------------------------------
+
+#: Thread, execution and attach ids (and the ids a client may name them by).
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+#: Recognizer names: ``auto``, ``shell``, or a rule file's name.
+RECOGNIZER_PATTERN = r"^[a-z0-9_-]{1,32}$"
+#: A client's prompt id (unique per execution).
+PROMPT_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+MAX_IDEMPOTENCY_KEY = 128
+MAX_PRINCIPAL = 128
+MAX_PATH = 4096
+MAX_CURSOR = 1024
+
+# -- what may be typed -----------------------------------------------------------------------
+
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_TEXT_BYTES = 64 * 1024
+MAX_KEYS = 64
+MAX_PROMPT_BYTES = 16 * 1024
+
+# -- terminals -------------------------------------------------------------------------------
+
+MIN_ROWS, MAX_ROWS = 2, 500
+MIN_COLS, MAX_COLS = 10, 1000
+DEFAULT_ROWS, DEFAULT_COLS = 40, 120
+
+# -- integers on the wire --------------------------------------------------------------------
+
+#: Upper bound of a generation and of any count the guardian range-checks itself: every
+#: integer on the wire has a range, so none can overflow msgpack (64 bits) on either side.
+MAX_GENERATION = 2**31 - 1
+MAX_WIRE_INT = 2**31 - 1
+#: Absolute journal offsets grow past 2**31 on long-lived executions; JSON-safe bound.
+MAX_OFFSET = 2**53
+
+# -- listing, paging, observing --------------------------------------------------------------
+
+DEFAULT_LIST_LIMIT = 20
+MAX_LIST_LIMIT = 128
+#: Pages of ``exec.read`` and of each ``exec.observe`` item.
+MIN_PAGE_BYTES, MAX_PAGE_BYTES = 4, 64 * 1024
+DEFAULT_PAGE_BYTES = 16 * 1024
+DEFAULT_OBSERVE_PAGE_BYTES = 2048
+MAX_OBSERVE_ITEMS = 32
+#: Sum of the page sizes of one ``exec.observe``.
+MAX_OBSERVE_BUDGET = 64 * 1024
+MAX_WAIT_IDS = 32
+MAX_WORKSPACE_LIST = 1000
+MAX_STREAM_BYTES = 1024 * 1024
+
+# -- waits (milliseconds on the wire) --------------------------------------------------------
+
+#: ``wait_ms`` of exec.start/status/input and ``timeout_ms`` of exec.wait_turn.
+MAX_WAIT_MS = 60_000
+#: What a BashCommand waits when the client names no ``wait_for_seconds``.
+DEFAULT_WAIT_MS = 5_000
+#: After typing (send_text, send_keys) the answer waits at most this long.
+MAX_INPUT_WAIT_MS = 5_000
+#: ``timeout_ms`` of exec.observe and exec.wait.
+MAX_OBSERVE_WAIT_MS = 30_000
+MAX_QUIET_MS = 10_000
+MAX_PROMPT_WAIT_MS = 30_000
+MAX_STREAM_WAIT_MS = 30_000
+MAX_STREAM_LINGER_MS = 100
+
+# -- the front-end's patience (seconds) ------------------------------------------------------
+
+#: Time an RPC may take beyond the wait it asked for (delivery, rendering, transport).
+RPC_SLACK_S = 10.0
+
+# -- retention (SPEC R17) --------------------------------------------------------------------
+
+#: Per thread: records kept, bytes of output + screen text kept, and how long a terminal
+#: record lives. The guardian enforces them; ``tether doctor`` reports against them.
+THREAD_MAX_RECORDS = 128
+THREAD_MAX_BYTES = 16 * 1024 * 1024
+RECORD_TTL_MS = 24 * 3600 * 1000
+#: Raw output kept per execution (the journal's rolling window).
+EXECUTION_RETAIN_BYTES = 1024 * 1024
