@@ -236,7 +236,7 @@ class PersonInputParams(WorkspaceScoped):
 MAX_MODE_ENTRIES = 256
 ModeName = Literal["wcgw", "architect", "code_writer"]
 CommandName = Annotated[str, Field(min_length=1, max_length=256)]
-WriteGlob = Annotated[str, Field(min_length=1, max_length=4096)]
+WriteGlob = Annotated[str, Field(min_length=1, max_length=MAX_PATH)]
 
 
 class CodeWriterSpec(Params):
