@@ -200,3 +200,20 @@ def test_phase_pairs_are_capped_with_one_marker(tmp_path: Path) -> None:
     assert sum(e["edge"] == "marker" for e in events) == 1
     assert recorder.summary["catalog"]["count"] == MAX_PHASE_PAIRS + 5  # still summarised
     os.remove(tmp_path / "u.jsonl")
+
+
+def test_since_minutes_window_and_undated_calls() -> None:
+    now = 10 * 60_000
+    def call(ts: Any) -> str:
+        event = {"event": "tool_call", "tool": "Execution", "action": "get", "backend": "native",
+                 "duration_ms": 1.0, "outcome": "ok"}
+        if ts is not None:
+            event["ts_unix_ms"] = ts
+        return json.dumps(event)
+    lines = [call(now - 5 * 60_000), call(now - 30_000), call(None), call(now - 1000)]
+    recent = build_report(lines, last=None, since_minutes=1, now_ms=now).to_dict()
+    assert recent["tool_calls"] == 2 and recent["window"]["undated_excluded"] == 1
+    everything = build_report(lines, last=None, since_minutes=0, now_ms=now).to_dict()
+    assert everything["tool_calls"] == 4  # 0 means no time limit; undated calls count
+    last_recent = build_report(lines, last=1, since_minutes=1, now_ms=now).to_dict()
+    assert last_recent["tool_calls"] == 1
