@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -51,11 +54,34 @@ def _serve_stdio() -> int:
         print(f"tether serve: {exc}", file=sys.stderr)
         return 2
 
-    async def run() -> None:
+    async def serve() -> None:
         async with stdio_transport() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(run)
+    async def run() -> None:
+        # MCP clients stop their servers with SIGINT, then SIGTERM (Claude Code does both):
+        # either one ends the session at once and quietly, with exit status 0.
+        async with anyio.create_task_group() as group:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+                async def serve_then_stop() -> None:
+                    await serve()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(serve_then_stop)
+                async for signum in signals:
+                    logging.getLogger(__name__).info("stopping on %s", signal.Signals(signum).name)
+                    # stdin is read by a worker thread blocked in read(), which no cancel can
+                    # interrupt: waiting for it would keep us alive until the client closes
+                    # stdin. Nothing here needs an orderly stop (terminals live in the
+                    # guardian), so leave now.
+                    logging.shutdown()
+                    with contextlib.suppress(OSError, ValueError):
+                        sys.stdout.flush()
+                    os._exit(0)
+
+    with contextlib.suppress(KeyboardInterrupt):  # a SIGINT before the handler was in place
+        anyio.run(run)
     return 0
 
 

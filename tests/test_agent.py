@@ -208,3 +208,39 @@ async def test_concurrent_prompts_type_one_text(client: Client, workspace: Path,
             "timeout_seconds": 0}, error=True)
         assert no_receipt["code"] == "not_found"
     assert _log_lines(log) == delivered
+
+
+async def test_get_list_and_wait_carry_the_recognition(client: Client, workspace: Path,
+                                                       tmp_path: Path) -> None:
+    session = await initialize(client, workspace)
+    # Named ``claude``, so that ``auto`` recognition (what wait uses) picks Claude's rules.
+    named = tmp_path / "bin" / "claude"
+    named.parent.mkdir()
+    named.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(FAKE_AGENT)!r}\n"
+                     f"runpy.run_path({str(FAKE_AGENT)!r}, run_name='__main__')\n")
+    named.chmod(0o755)
+    started = await bash(client, session, {
+        "type": "command", "is_background": True, "rows": 40, "cols": 120,
+        "command": f"{named} --log {tmp_path / 'agent.log'} --approval --busy-seconds 0.2"})
+    eid = str(started["execution_id"])
+    await _until_state(client, session, eid, "awaiting_input")
+    listed = (await _agent(client, session, {"action": "list"}))["data"]["executions"]
+    assert [r["execution_id"] for r in listed] == [eid]
+    assert listed[0]["recognition"]["state"] == "awaiting_input"
+    got = (await _agent(client, session, {"action": "get", "target": eid}))["data"]["execution"]
+    assert got["recognition"]["state"] == "awaiting_input"
+    assert got["recognition"]["attention"] is None and got["recognition"]["rule"]
+    start = (await _agent(client, session, {"action": "wait", "target": eid,
+                                            "timeout_seconds": 0}))["data"]
+    await _agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "w1",
+                                   "text": "do it", "recognizer": "claude", "timeout_seconds": 0})
+    waited = await _agent(client, session, {
+        "action": "wait", "target": eid, "after": start["cursor"],
+        "events": ["awaiting_approval", "exited"], "timeout_seconds": 10})
+    data = waited["data"]
+    assert data["outcome"] == "changed"
+    [item] = data["changed"]
+    assert item["fired"] == ["awaiting_approval"]  # which requested event happened
+    assert item["recognition"]["state"] == "awaiting_approval"
+    assert item["recognition"]["attention"] == "approval"
+    assert data["recognition"]["rule"] == item["recognition"]["rule"]

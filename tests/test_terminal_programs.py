@@ -104,3 +104,51 @@ async def test_window_size_per_execution(client: Client, workspace: Path) -> Non
     done = await bash(client, session, {"type": "status_check", "execution_id": bg["execution_id"]},
                       wait=10)
     assert done["output"].strip() == "12 50"
+
+
+async def test_keys_sent_before_the_program_reads_them_are_reported_lost(
+    client: Client, workspace: Path
+) -> None:
+    """A program that draws its question while the terminal is still in line mode, then
+    switches to raw mode with a flush (as Claude Code does for ~0.3 s at start-up): the keys
+    sent in that window never reach it, and send_keys says so instead of reporting success."""
+    session = await initialize(client, workspace)
+    app = await bash(client, session, {
+        "type": "command", "command": f"{sys.executable} {PROGRAMS / 'flush_on_start.py'}",
+        "is_background": True})
+    eid = app["execution_id"]
+    await _screen_until(client, session, lambda s: "Continue?" in s["text"], eid)
+    early = await bash(client, session, {"type": "send_keys", "execution_id": eid, "keys": ["Enter"]},
+                       wait=5)
+    assert early["input_sent"] is True
+    assert early["terminal_mode"] == "cooked" and early["reads_keys"] is False
+    assert early["terminal_mode_after"] == "raw"
+    assert early["delivery"] == "discarded_likely" and "raw mode" in early["warning"]
+    # The program really did not get it: it is still waiting for a key.
+    await _screen_until(client, session, lambda s: "ready" in s["text"], eid)
+    assert "got" not in (await _screen(client, session, eid))["text"]
+    late = await bash(client, session, {"type": "send_keys", "execution_id": eid, "keys": ["Tab"]},
+                      wait=5)
+    assert late["terminal_mode"] == "raw" and late["reads_keys"] is True
+    assert late["delivery"] == "observed" and late["screen_changed"] is True
+    assert "warning" not in late
+    done = await bash(client, session, {"type": "status_check", "execution_id": eid}, wait=10)
+    assert done["status"] == "exited" and "got b'\\t'" in done["output"]
+    assert "got b'\\r'" not in done["output"]
+
+
+async def test_text_echo_and_line_mode_are_reported(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    reader = await bash(client, session, {"type": "command",
+                                          "command": "read -r line; echo got:$line; sleep 1",
+                                          "is_background": True})
+    eid = reader["execution_id"]
+    draft = await bash(client, session, {"type": "send_text", "execution_id": eid,
+                                         "text": "hello-line"}, wait=5)
+    assert draft["terminal_mode"] == "cooked" and draft["echo_seen"] is True
+    assert draft["screen_changed"] is True and draft["delivery"] == "line_buffered"
+    sent = await bash(client, session, {"type": "send_text", "execution_id": eid, "text": "",
+                                        "submit": True}, wait=5)
+    assert sent["delivery"] == "observed" and "warning" not in sent
+    done = await bash(client, session, {"type": "status_check", "execution_id": eid}, wait=10)
+    assert "got:hello-line" in done["output"]

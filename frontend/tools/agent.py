@@ -45,16 +45,26 @@ class AgentTool(Tool):
         # Who may do this action, in this thread's mode: checked before anything is sent.
         await check_agent_action(session, root, scope, args.action)
         call = session.locator.call
+        async def recognition(execution_id: str) -> dict[str, Any]:
+            """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
+            explained = await call(root, "exec.explain", {
+                **scope, "execution_id": execution_id, "recognizer": args.recognizer},
+                timeout_s=RPC_SLACK_S)
+            return _summary(explained["recognition"])
+
         if args.action == "list":
             data = await call(root, "exec.list", {**scope, "limit": args.limit, "agents_only": True},
                               timeout_s=RPC_SLACK_S)
-            lines = [f"{r['execution_id']} {r['status']} {r['command'][:80]}"
-                     for r in data["executions"]]
+            for record in data["executions"]:
+                record["recognition"] = await recognition(record["execution_id"])
+            lines = [f"{r['execution_id']} {r['status']} {_state_text(r['recognition'])} "
+                     f"{r['command'][:80]}" for r in data["executions"]]
             return results.ok(data, "\n".join(lines) or "no agents in this thread")
         target = _need(args.target, "target", args.action)
         if args.action == "get":
             data = await call(root, "exec.get", {**scope, "execution_id": target},
                               timeout_s=RPC_SLACK_S)
+            data["execution"]["recognition"] = await recognition(target)
             return results.ok(data, results.json_text(data["execution"]))
         if args.action == "read":
             data = await call(root, "exec.read", {
@@ -71,7 +81,12 @@ class AgentTool(Tool):
             data = await call(root, "exec.wait", {
                 **scope, "execution_ids": [target], "after": args.after, "events": args.events,
                 "timeout_ms": timeout_ms}, timeout_s=args.timeout_seconds + RPC_SLACK_S)
-            return results.ok(data, data["outcome"])
+            for item in data["changed"]:
+                item["recognition"] = await recognition(item["execution_id"])
+            data["recognition"] = await recognition(target)
+            fired = ", ".join(e for item in data["changed"] for e in item.get("fired", []))
+            text = data["outcome"] + (f" ({fired})" if fired else "")
+            return results.ok(data, f"{text}: {_state_text(data['recognition'])}")
         prompt_id = _need(args.prompt_id, "prompt_id", args.action)
         if args.action == "wait":
             data = await call(root, "agent.receipt", {
@@ -84,6 +99,16 @@ class AgentTool(Tool):
             "recognizer": args.recognizer, "timeout_ms": timeout_ms},
             timeout_s=args.timeout_seconds + RPC_SLACK_S)
         return results.ok(data, _receipt_text(data["receipt"]))
+
+
+def _summary(recognition: dict[str, Any]) -> dict[str, Any]:
+    return {key: recognition.get(key)
+            for key in ("state", "attention", "rule", "recognizer", "reason")}
+
+
+def _state_text(recognition: dict[str, Any]) -> str:
+    attention = f"/{recognition['attention']}" if recognition.get("attention") else ""
+    return f"{recognition['state']}{attention} (rule {recognition['rule']})"
 
 
 def _need(value: Any, name: str, action: str) -> Any:

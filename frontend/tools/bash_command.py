@@ -117,6 +117,10 @@ async def _with_progress(call: Any, progress: Progress, wait_s: float) -> Any:
             task.cancel()
 
 
+_DELIVERY_FIELDS = ("delivery", "terminal_mode", "terminal_mode_after", "reads_keys",
+                    "screen_changed", "echo_seen", "warning")
+
+
 def _execution_result(reply: dict[str, Any]) -> types.CallToolResult:
     execution = reply["execution"]
     output = reply.get("output", {})
@@ -135,11 +139,17 @@ def _execution_result(reply: dict[str, Any]) -> types.CallToolResult:
     }
     if "input" in reply:
         data["input_sent"] = reply["input"].get("input_sent", True)
+        # What delivery looked like (guardians before 1.3 do not say): see InputDesk.observe.
+        for key in _DELIVERY_FIELDS:
+            if key in reply["input"]:
+                data[key] = reply["input"][key]
     text = data["output"]
     trailer = f"[{data['status']}"
     if data["exit_code"] is not None:
         trailer += f", exit code {data['exit_code']}"
     trailer += f"; execution {data['execution_id']}; cwd {data['cwd']}]"
+    if data.get("warning"):
+        trailer += f"\n[input {data.get('delivery')}: {data['warning']}]"
     if data["output_truncated"]:
         trailer += (f"\n[output truncated: showing the tail from byte {data['output_start']}; "
                     "page the rest with Execution.read]")

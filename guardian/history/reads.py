@@ -289,21 +289,21 @@ class History:
         for eid in ids:
             record = records[eid]
             view = self._live.view(record)
-            hit = False
+            fired: list[str] = []  # which of the requested events happened, in event order
             persisted_change = int(record["change_seq"]) > int(baseline.get("seq", 0))
             if persisted_change and "state" in events:
-                hit = True
+                fired.append("state")
             if persisted_change and record["status"] == "exited" and "exited" in events:
-                hit = True
+                fired.append("exited")
             if persisted_change and record["status"] == "unknown" and "unknown" in events:
-                hit = True
+                fired.append("unknown")
             if "output" in events and view["output_end"] > int(known.get(eid, view["output_end"])):
-                hit = True
+                fired.append("output")
             state = rec_now.get(eid)
-            if state != rec_base.get(eid) and state in events:
-                hit = True
-            if hit:
-                changed.append(view)
+            if state != rec_base.get(eid) and state in events and state not in fired:
+                fired.append(state)
+            if fired:
+                changed.append({**view, "fired": fired})
         return ("changed", changed) if changed else None
 
 

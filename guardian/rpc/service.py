@@ -240,5 +240,5 @@ class GuardianService:
         result = await self._rt.results.settle(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
-        result["input"] = outcome
+        result["input"] = self._rt.inputs.observe(outcome)
         return result

@@ -6,6 +6,7 @@ so a slow or gone terminal is reported the same way whatever was being typed.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -32,6 +33,26 @@ async def deliver(live: LiveExecution, data: bytes, timeout_s: float) -> None:
         raise TetherError(
             ErrorCode.NOT_RUNNING, f"the terminal is gone: {exc}", {"input_sent": False}
         ) from None
+
+
+_PROBE_CHARS = 12
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _probe(text: str | None) -> str | None:
+    """The tail of the last line of ``text``: what its echo should show on the screen."""
+    if text is None:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][-_PROBE_CHARS:] if lines else None
+
+
+def _count(screen: str, text: str | None) -> int:
+    probe = _probe(text)
+    return screen.count(probe) if probe else 0
 
 
 def stale_generation(asked: int, current: int) -> TetherError:
@@ -72,8 +93,58 @@ class InputDesk:
         live, generation = self._target(params)
         if params.generation is not None and params.generation != generation:
             raise stale_generation(params.generation, generation)
+        before = live.screen.snapshot().text
+        mode = live.runtime.input_mode()
         await deliver(live, data, write_timeout_s)
-        return {"execution_id": live.execution_id, "input_sent": True, "bytes": len(data)}
+        return {"execution_id": live.execution_id, "input_sent": True, "bytes": len(data),
+                "terminal_mode": mode, "reads_keys": mode == "raw" if mode else None,
+                "_baseline": {"screen_sha256": _digest(before),
+                              "line_complete": data.endswith((b"\r", b"\n")),
+                              "probe": _probe(params.text), "probe_count": _count(before, params.text)}}
+
+    def observe(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        """What was seen after a delivery: did the screen change, did the text echo, and how
+        the program had the terminal set (before and after).
+
+        ``delivery``: ``observed`` (the screen changed), ``unconfirmed`` (nothing changed yet),
+        ``program_exited`` (it ended before the screen could be compared),
+        ``line_buffered`` (line mode, no Enter yet) or ``discarded_likely`` (typed in line
+        mode, and the program switched to raw mode since: input lost, never a silent success).
+        """
+        baseline = outcome.get("_baseline") or {}
+        result = {k: v for k, v in outcome.items() if k != "_baseline"}
+        live = self._live.get(str(outcome.get("execution_id")))
+        if not baseline:
+            return result
+        if live is None:
+            result["delivery"] = "program_exited"  # it ended while the input settled
+            return result
+        after = live.screen.snapshot().text
+        probe = baseline.get("probe")
+        changed = _digest(after) != baseline.get("screen_sha256")
+        echo = None if probe is None else after.count(probe) > int(baseline.get("probe_count", 0))
+        mode_after = live.runtime.input_mode()
+        result.update(screen_changed=changed, echo_seen=echo, terminal_mode_after=mode_after)
+        mode = result.get("terminal_mode")
+        if mode is None:
+            result["delivery"] = "unconfirmed"
+        elif mode != "raw" and mode_after == "raw":
+            # Typed in line mode, then the program switched to raw mode: that switch
+            # (tcsetattr TCSAFLUSH, or tcflush) normally discards what was waiting.
+            result["delivery"] = "discarded_likely"
+            result["warning"] = (
+                f"the program had the terminal in {mode} mode when the input arrived and "
+                "switched to raw mode since; programs discard pending input when they do. "
+                "Look at the screen and send again if it did not react.")
+        elif mode != "raw" and not baseline.get("line_complete"):
+            result["delivery"] = "line_buffered"
+            result["warning"] = (
+                f"the terminal is in {mode} mode: the program reads whole lines, so these bytes "
+                "wait for Enter (a full-screen program that has not started reading keys yet "
+                "may discard them when it does).")
+        else:
+            result["delivery"] = "observed" if changed else "unconfirmed"
+        return result
 
     def _target(self, params: ExecInputParams) -> tuple[LiveExecution, int]:
         if params.execution_id is not None:

@@ -243,6 +243,26 @@ class PtyRuntime:
                 return
             os.write(proc.fd, data)
 
+    def input_mode(self) -> str | None:
+        """How the program has set up the terminal's input, read from the PTY's termios.
+
+        ``raw``: key at a time (``ICANON`` off) — a full-screen program that reads keys.
+        ``cooked``: line at a time with echo — a shell reading a line, or a program that has not
+        yet switched to raw mode (Claude Code draws its first dialog about 0.3 s before it does,
+        and the switch flushes whatever was typed). ``cooked_no_echo``: line at a time without
+        echo (a password prompt). ``None``: the terminal is gone.
+        """
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            return None
+        try:
+            lflag = termios.tcgetattr(proc.fd)[3]
+        except (OSError, termios.error):
+            return None
+        if not lflag & termios.ICANON:
+            return "raw"
+        return "cooked" if lflag & termios.ECHO else "cooked_no_echo"
+
     def resize(self, rows: int, cols: int) -> None:
         """Set the window size; the kernel sends SIGWINCH to the foreground process group."""
         self.rows, self.cols = rows, cols
