@@ -3,6 +3,10 @@
 Every error that crosses a boundary (RPC reply, MCP tool result) carries one of these codes.
 Codes are part of the contract: clients branch on them, so they never change meaning.
 
+A code this build does not know (sent by a newer guardian) is kept by name as a
+:class:`ForeignCode`, never guessed into one of ours: a client that knows the newer code can
+still branch on it.
+
 Exception tree::
 
     TetherError(code, message, data)      any failure with a stable code
@@ -10,6 +14,7 @@ Exception tree::
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -19,6 +24,8 @@ class ErrorCode(StrEnum):
 
     # Request shape and limits
     INVALID_REQUEST = "invalid_request"
+    # An idempotency key reused for a request with other params (or another method).
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     LIMIT_EXCEEDED = "limit_exceeded"
     UNKNOWN_METHOD = "unknown_method"
     # Transport and guardian identity (R5-R10)
@@ -40,6 +47,12 @@ class ErrorCode(StrEnum):
     SHELL_BUSY = "shell_busy"
     NOT_RUNNING = "not_running"
     STALE_GENERATION = "stale_generation"
+    # The terminal did not take all the input before the deadline (its program is not reading):
+    # ``input_sent`` is false (nothing), "partial" (with the byte counts) or "unknown".
+    INPUT_INCOMPLETE = "input_incomplete"
+    # An earlier attempt with this idempotency key began delivering and never finished: what
+    # reached the terminal is unknown, and it is not sent again.
+    DELIVERY_UNKNOWN = "delivery_unknown"
     INVALID_CURSOR = "invalid_cursor"
     INVALID_KEY = "invalid_key"
     EXECUTION_OBSERVATION_ISSUES = "execution_observation_issues"
@@ -60,6 +73,19 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal_error"
 
 
+class ForeignCode(str):
+    """An error code this build does not know, kept by its name (from a newer guardian)."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+
+Code = ErrorCode | ForeignCode
+
+
 class TetherError(Exception):
     """A failure with a stable :class:`ErrorCode`, a message naming the rule, and data.
 
@@ -67,9 +93,9 @@ class TetherError(Exception):
     limit that was hit).
     """
 
-    def __init__(self, code: ErrorCode, message: str, data: dict[str, Any] | None = None) -> None:
+    def __init__(self, code: Code, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: Code = code
         self.message = message
         self.data: dict[str, Any] = dict(data or {})
 
@@ -79,16 +105,26 @@ class TetherError(Exception):
 
     @classmethod
     def from_wire(cls, error: Any) -> TetherError:
-        """Rebuild an error from a response's ``error`` map; unknown codes become ``internal``."""
+        """Rebuild an error from a response's ``error`` map.
+
+        A well-formed code this build does not know keeps its name (:class:`ForeignCode`); a
+        missing or malformed one is ``internal_error``.
+        """
         if not isinstance(error, dict):
             return cls(ErrorCode.INTERNAL, "malformed error in reply")
         raw_code = error.get("code")
+        code: Code
         try:
             code = ErrorCode(str(raw_code))
         except ValueError:
-            code = ErrorCode.INTERNAL
+            code = (ForeignCode(raw_code) if isinstance(raw_code, str) and _CODE.fullmatch(raw_code)
+                    else ErrorCode.INTERNAL)
         data = error.get("data")
         return cls(code, str(error.get("message", "")), data if isinstance(data, dict) else None)
 
     def __repr__(self) -> str:
         return f"TetherError({self.code.value!r}, {self.message!r})"
+
+
+#: What a code looks like on the wire: anything else is not trusted as one.
+_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")

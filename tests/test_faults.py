@@ -19,6 +19,7 @@ from tests.helpers import poll, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 from tether.frontend.guardians import GuardianLocator
 from tether.protocol import codec
+from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -150,8 +151,10 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
         status = await handle.call("exec.status", {**scope, "execution_id": eid, "wait_ms": 300},
                                    timeout_s=10)
         assert status["output"]["text"].count("ping-once") == 1
-        with pytest.raises(Exception, match="different request"):
+        with pytest.raises(TetherError) as conflict:
             await handle.call("exec.input", {**typed, "text": "other"}, timeout_s=10)
+        assert conflict.value.code == ErrorCode.IDEMPOTENCY_CONFLICT
+        assert conflict.value.data["input_sent"] is False
     finally:
         locator.close()
 

@@ -193,10 +193,18 @@ class PromptDesk:
             deadline = loop.time() + ECHO_WAIT_S
             while live.activity_seq == before_enter and loop.time() < deadline:
                 await self._notifier.wait(deadline - loop.time())
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            raise TetherError(
+                ErrorCode.INPUT_INCOMPLETE,
+                f"the program stopped reading while the prompt was typed ({exc}); how much of "
+                "it arrived is unknown, and it will not be resent",
+                {"input_sent": "unknown"},
+            ) from None
+        except OSError as exc:
             raise TetherError(
                 ErrorCode.NOT_RUNNING,
-                f"typing the prompt failed part-way ({exc}); it will not be resent",
+                f"the terminal went away while the prompt was typed ({exc}); how much of it "
+                "arrived is unknown, and it will not be resent",
                 {"input_sent": "unknown"},
             ) from None
 

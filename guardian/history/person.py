@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.turns import recognize_record
 from tether.guardian.history.journal import Journal
+from tether.guardian.runtime.inputs import incomplete
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import (
@@ -214,11 +215,7 @@ class PersonDesk:
             written = await live.runtime.write(params.data, timeout_s=INPUT_WRITE_TIMEOUT_S)
         except TimeoutError as exc:
             written = getattr(exc, "written", 0)
-            raise TetherError(
-                ErrorCode.GUARDIAN_UNAVAILABLE,
-                f"the terminal took only {written} of {len(params.data)} bytes before the deadline",
-                {"input_sent": "partial" if written else False},
-            ) from None
+            raise incomplete(written, len(params.data)) from None
         except OSError as exc:
             raise TetherError(ErrorCode.NOT_RUNNING, f"the terminal is gone: {exc}",
                               {"input_sent": False}) from None

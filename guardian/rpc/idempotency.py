@@ -41,13 +41,14 @@ class IdempotencyLedger:
             stored_method, stored_fingerprint, outcome = stored
             if stored_method != method or stored_fingerprint != fingerprint:
                 raise TetherError(
-                    ErrorCode.INVALID_REQUEST,
-                    "idempotency key was already used for a different request; use a new key",
+                    ErrorCode.IDEMPOTENCY_CONFLICT,
+                    f"idempotency key was already used for a different request ({stored_method}"
+                    " with other params); nothing was done. Use a new key for a new request.",
                     {"input_sent": False},
                 )
             if outcome.get("state") == "delivering":
                 raise TetherError(
-                    ErrorCode.GUARDIAN_UNAVAILABLE,
+                    ErrorCode.DELIVERY_UNKNOWN,
                     "an earlier attempt with this idempotency key did not finish; whether its "
                     "input was delivered is unknown, and it will not be sent again",
                     {"input_sent": "unknown"},

@@ -23,16 +23,22 @@ async def deliver(live: LiveExecution, data: bytes, timeout_s: float) -> None:
     try:
         await live.runtime.write(data, timeout_s=max(timeout_s, 0.1))
     except TimeoutError as exc:
-        written = getattr(exc, "written", 0)
-        raise TetherError(
-            ErrorCode.GUARDIAN_UNAVAILABLE,
-            f"the terminal took only {written} of {len(data)} bytes before the deadline",
-            {"input_sent": "partial" if written else False},
-        ) from None
+        raise incomplete(getattr(exc, "written", 0), len(data)) from None
     except OSError as exc:
         raise TetherError(
             ErrorCode.NOT_RUNNING, f"the terminal is gone: {exc}", {"input_sent": False}
         ) from None
+
+
+def incomplete(written: int, total: int) -> TetherError:
+    """The terminal stopped taking input before the deadline: its program is not reading."""
+    return TetherError(
+        ErrorCode.INPUT_INCOMPLETE,
+        f"the terminal took only {written} of {total} bytes before the deadline (its program "
+        "is not reading input); the rest was not sent. Look at its screen before typing again.",
+        {"input_sent": "partial" if written else False, "bytes_written": written,
+         "bytes_total": total},
+    )
 
 
 _PROBE_CHARS = 12

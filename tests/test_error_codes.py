@@ -1,0 +1,88 @@
+"""Error codes say what happened (issue 10): a conflict, an incomplete delivery, a code from a
+newer guardian. Each is checked against a real guardian where one is involved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.frontend import results
+from tether.frontend.guardians import GuardianLocator
+from tether.protocol.envelope import parse_response
+from tether.protocol.errors import ErrorCode, ForeignCode, TetherError
+from tether.shared.config import Config
+
+pytestmark = pytest.mark.anyio
+
+#: More than a PTY's input queue takes from a program that never reads (about 12 KiB here).
+CHUNK = "x" * 60_000
+
+
+async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown(
+    tether_env: Config, workspace: Path
+) -> None:
+    locator = GuardianLocator(tether_env)
+    try:
+        handle = await locator.handle(str(workspace))
+        base = {"principal": "local", "workspace_root": str(workspace)}
+        thread = await handle.call("thread.open", base, timeout_s=10)
+        scope = {**base, "thread_id": thread["thread_id"]}
+        # A program that never reads its input: the terminal's queue fills and stays full.
+        start = {**scope, "command": "stty raw -echo; echo ready; exec sleep 60",
+                 "background": True, "idempotency_key": "deaf", "wait_ms": 0}
+        eid = (await handle.call("exec.start", start, timeout_s=10))["execution"]["execution_id"]
+        for _ in range(100):
+            status = await handle.call("exec.status", {**scope, "execution_id": eid,
+                                                       "wait_ms": 100}, timeout_s=10)
+            if "ready" in status["output"]["text"]:
+                break
+        typed = {**scope, "execution_id": eid, "text": CHUNK, "idempotency_key": "fill"}
+        with pytest.raises(TetherError) as refused:
+            # A short deadline: the guardian gives up typing just before it.
+            await handle.call("exec.input", typed, timeout_s=1.0)
+        assert refused.value.code == ErrorCode.INPUT_INCOMPLETE, refused.value
+        data = refused.value.data
+        assert data["input_sent"] == "partial" and 0 < data["bytes_written"] < len(CHUNK)
+        assert data["bytes_total"] == len(CHUNK)
+        # That attempt began typing and never finished: a repeat is not sent again.
+        with pytest.raises(TetherError) as repeat:
+            await handle.call("exec.input", typed, timeout_s=5)
+        assert repeat.value.code == ErrorCode.DELIVERY_UNKNOWN
+        assert repeat.value.data["input_sent"] == "unknown"
+        # Other input is refused the same way, never as a missing guardian.
+        with pytest.raises(TetherError) as stuck:
+            await handle.call("exec.input", {**typed, "idempotency_key": "more"}, timeout_s=1.0)
+        assert stuck.value.code == ErrorCode.INPUT_INCOMPLETE
+        assert stuck.value.data["input_sent"] is False and stuck.value.data["bytes_written"] == 0
+    finally:
+        locator.close()
+
+
+def _reply_with(code: object) -> TetherError:
+    response = parse_response({"v": [1, 9], "id": "r1", "ok": False,
+                               "error": {"code": code, "message": "from a newer guardian",
+                                         "data": {"input_sent": False}}})
+    assert response.error is not None
+    return response.error
+
+
+def test_unknown_code_from_a_newer_guardian_keeps_its_name() -> None:
+    err = _reply_with("quota_exhausted")
+    assert isinstance(err.code, ForeignCode) and err.code == "quota_exhausted"
+    content = results.error(err).structured_content
+    assert content is not None
+    assert (content["ok"], content["code"], content["message"]) == (
+        False, "quota_exhausted", "from a newer guardian")
+    assert content["data"] == {"input_sent": False}
+    assert err.to_wire()["code"] == "quota_exhausted"
+
+
+@pytest.mark.parametrize("code", [None, 7, "", "Not A Code", "x" * 65, "drop;table"])
+def test_malformed_code_is_internal_error(code: object) -> None:
+    assert _reply_with(code).code == ErrorCode.INTERNAL
+
+
+def test_known_code_stays_ours() -> None:
+    err = _reply_with("idempotency_conflict")
+    assert err.code is ErrorCode.IDEMPOTENCY_CONFLICT
