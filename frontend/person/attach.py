@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import select
 import signal
 import sys
 import termios
@@ -143,8 +144,8 @@ class Attach:
         while view:
             try:
                 view = view[os.write(self.out_fd, view):]
-            except BlockingIOError:
-                continue
+            except BlockingIOError:  # a non-blocking terminal fd: wait for room, do not spin
+                select.select([], [self.out_fd], [])
 
     async def _show(self, data: bytes) -> None:
         """Write to the person's terminal from a worker thread, one writer at a time: a slow
