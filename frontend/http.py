@@ -104,14 +104,16 @@ def bind(options: HttpOptions) -> socket.socket:
     infos = socket.getaddrinfo(options.host, options.port, type=socket.SOCK_STREAM)
     if not infos:
         raise TetherError(ErrorCode.CONFIG_INVALID, f"cannot resolve --host {options.host}")
-    family, _, _, _, address = infos[0]
+    family, kind, proto, _, address = infos[0]
     if not ipaddress.ip_address(address[0]).is_loopback and not options.allow_remote:
         raise TetherError(
             ErrorCode.CONFIG_INVALID,
             f"--host {options.host} is not a loopback address: other machines could reach "
             "this server. Add --allow-remote to mean it (and put TLS in front of it).",
         )
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only
+    # then, and without it every response waits ~40 ms on Nagle + delayed ACK.
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)

@@ -2,9 +2,13 @@
 action that could type something against it before anything is sent.
 
 The mode lives on the thread in the guardian's catalog (``thread.mode``/``thread.set_mode``)
-so that it outlives front-ends, like the thread itself. It is read again for every action it
-governs rather than cached: two front-ends may serve one thread, and a mode changed through
-one must hold in the other at once.
+so that it outlives front-ends, like the thread itself. The front-end remembers the mode it
+last saw per thread (``Session.modes``) only as a hint: every input it sends names the
+mode it was checked against (``mode_fingerprint``), and the guardian refuses it
+(``mode_changed``, nothing typed) when the thread has another mode by now — then the mode is
+read again, the input checked again, and sent once more (:func:`send_checked`). A ``wcgw``
+thread therefore costs no extra round trip per command; a restricted one is read fresh each
+time (its checks need the shell's current directory).
 
 A guardian without the ``thread_modes`` capability cannot hold a mode: its threads are
 ``wcgw``, and changing the mode there is ``capability_missing``.
@@ -13,15 +17,18 @@ A guardian without the ``thread_modes`` capability cannot hold a mode: its threa
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from tether.frontend.authority import agent_action_class, authorize_agent_action
 from tether.frontend.schemas import CommandAction, SendKeysAction, SendTextAction
 from tether.frontend.shell_policy import Violation, check_command, denied
 from tether.frontend.tools.base import Session
-from tether.protocol.methods import ModeSpec
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.protocol.versions import Capability
 
+T = TypeVar("T")
 RPC_TIMEOUT_S = 5.0
 #: Longer command lines are parsed in a worker thread so other calls are not held up.
 PARSE_INLINE_CHARS = 4096
@@ -33,14 +40,29 @@ RESTRICTED_KEYS = frozenset({
     "PageDown", "Delete", "Ctrl-c", "Ctrl-d",
 })
 
+#: What a check hands to the request it guards: ``{"mode_fingerprint": ...}``.
+Guard = dict[str, Any]
 
-async def thread_mode(session: Session, root: str, scope: dict[str, Any]) -> tuple[ModeSpec, str]:
-    """The thread's mode and its shell's cwd (the workspace root on a guardian without modes)."""
+
+def _key(session: Session, root: str, scope: dict[str, Any]) -> tuple[str, str, str]:
+    return (session.principal, root, str(scope["thread_id"]))
+
+
+async def thread_mode(session: Session, root: str, scope: dict[str, Any], *,
+                      fresh: bool = True) -> tuple[ModeSpec, str]:
+    """The thread's mode and its shell's cwd (the workspace root when not read: a guardian
+    without modes, or a remembered ``wcgw`` when ``fresh`` is false)."""
     handle = await session.locator.handle(root, scope["thread_id"])
     if str(Capability.THREAD_MODES) not in handle.capabilities:
         return ModeSpec(), root
+    key = _key(session, root, scope)
+    known = None if fresh else session.modes.get(key)
+    if known is not None and known.name == "wcgw":
+        return known, root  # nothing to check, so no cwd needed; the guardian verifies
     reply = await session.locator.call(root, "thread.mode", scope, timeout_s=RPC_TIMEOUT_S)
-    return ModeSpec.model_validate(reply["mode"]), str(reply["cwd"])
+    mode = ModeSpec.model_validate(reply["mode"])
+    session.modes.remember(key, mode)
+    return mode, str(reply["cwd"])
 
 
 async def set_thread_mode(
@@ -51,23 +73,27 @@ async def set_thread_mode(
         root, "thread.set_mode", {**scope, "mode": mode.model_dump(mode="json")},
         timeout_s=RPC_TIMEOUT_S,
     )
-    return ModeSpec.model_validate(reply["mode"])
+    stored = ModeSpec.model_validate(reply["mode"])
+    session.modes.remember(_key(session, root, scope), stored)
+    return stored
 
 
 async def check_bash_action(
-    session: Session, root: str, scope: dict[str, Any], action: Any
-) -> None:
-    """Refuse (``mode_denied``) a BashCommand action the thread's mode does not allow.
+    session: Session, root: str, scope: dict[str, Any], action: Any, *, fresh: bool = False
+) -> Guard:
+    """Refuse (``mode_denied``) a BashCommand action the thread's mode does not allow;
+    returns the guard to send with it.
 
     ``command`` lines are parsed and checked segment by segment; ``send_text`` is refused in
     a restricted mode (typed text can be a command line the parser never sees); ``send_keys``
     is limited to :data:`RESTRICTED_KEYS`. Reading actions are never restricted.
     """
     if not isinstance(action, CommandAction | SendTextAction | SendKeysAction):
-        return
-    mode, cwd = await thread_mode(session, root, scope)
+        return {}
+    mode, cwd = await thread_mode(session, root, scope, fresh=fresh)
+    guard = {"mode_fingerprint": mode_fingerprint(mode)}
     if mode.name == "wcgw":
-        return
+        return guard
     if isinstance(action, CommandAction):
         if len(action.command) > PARSE_INLINE_CHARS:  # parsing 64 KiB takes ~1 s: off the loop
             await asyncio.to_thread(check_command, mode, action.command, cwd=cwd,
@@ -85,15 +111,36 @@ async def check_bash_action(
                                           f"keys {', '.join(refused)} can recall or edit a "
                                           "command line; allowed: "
                                           f"{', '.join(sorted(RESTRICTED_KEYS))}")])
+    return guard
 
 
 async def check_agent_action(
-    session: Session, root: str, scope: dict[str, Any], action: str
-) -> None:
+    session: Session, root: str, scope: dict[str, Any], action: str, *, fresh: bool = False
+) -> Guard:
     """The authority check of one Agent action (see :mod:`tether.frontend.authority`):
-    call it before sending anything for ``action``. Reads the thread's mode only when the
-    action is not a pure observation."""
+    call it before sending anything for ``action``, and send the returned guard with an
+    action that types. Reads the thread's mode only when the action is not an observation."""
+    if agent_action_class(action) == "observe":
+        authorize_agent_action(session.caller, action, None)
+        return {}
     mode = None
-    if agent_action_class(action) != "observe" and session.caller.has_bash_authority:
-        mode, _ = await thread_mode(session, root, scope)
+    if session.caller.has_bash_authority:
+        mode, _ = await thread_mode(session, root, scope, fresh=fresh)
     authorize_agent_action(session.caller, action, mode)
+    return {"mode_fingerprint": mode_fingerprint(mode)} if mode is not None else {}
+
+
+async def send_checked(
+    session: Session, root: str, scope: dict[str, Any],
+    check: Callable[[bool], Awaitable[Guard]], send: Callable[[Guard], Awaitable[T]],
+) -> T:
+    """Check, then send with the guard; when the guardian says the mode changed meanwhile,
+    read it again, check again and send once more (nothing was typed the first time)."""
+    guard = await check(False)
+    try:
+        return await send(guard)
+    except TetherError as err:
+        if err.code != ErrorCode.MODE_CHANGED:
+            raise
+    session.modes.forget(_key(session, root, scope))
+    return await send(await check(True))

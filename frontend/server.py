@@ -18,7 +18,7 @@ from tether.frontend import results
 from tether.frontend.authority import LOCAL, PROFILES, Caller
 from tether.frontend.guardians import GuardianLocator
 from tether.frontend.tools import all_tools
-from tether.frontend.tools.base import Session
+from tether.frontend.tools.base import KnownModes, Session
 from tether.frontend.usage import UsageLog, phase
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import validation_error
@@ -50,22 +50,30 @@ def build_server(
     fixed = LOCAL if principal == "local" else Caller(principal, "full", PROFILES["full"])
     resolve: CallerResolver = callers or (lambda ctx: fixed)
     locators: dict[str, GuardianLocator] = {}
+    known_modes = KnownModes()  # keyed by principal too: no principal sees another's
     tools = {tool.name: tool for tool in all_tools()}
+    # Built once: generating the JSON schemas costs milliseconds, and the SDK asks for a
+    # tool's input schema on every modern-era HTTP call (to check Mcp-Param headers).
+    definitions = {name: tool.definition() for name, tool in tools.items()}
     usage = UsageLog.from_env()  # R30: every call is recorded in one place, here
 
     def session_for(caller: Caller) -> Session:
         locator = locators.get(caller.principal)
         if locator is None:
             locator = locators[caller.principal] = GuardianLocator(config, caller.principal)
-        return Session(locator=locator, caller=caller)
+        return Session(locator=locator, caller=caller, modes=known_modes)
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         caller = resolve(ctx)  # raises for an unauthenticated request: nothing is listed
         return types.ListToolsResult(
-            tools=[tool.definition() for tool in tools.values() if tool.name in caller.tools]
+            tools=[definition for name, definition in definitions.items() if name in caller.tools]
         )
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        definition = definitions.get(name)
+        return None if definition is None else definition.input_schema
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await usage.around(params.name, params.arguments, lambda: dispatch(ctx, params))
@@ -111,4 +119,5 @@ def build_server(
         instructions="Terminals that survive restarts. Call Initialize first.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        get_tool_input_schema=input_schema,
     )

@@ -68,6 +68,7 @@ class ErrorCode(StrEnum):
     TOOL_DENIED = "tool_denied"
     WORKSPACE_DENIED = "workspace_denied"
     MODE_DENIED = "mode_denied"
+    MODE_CHANGED = "mode_changed"
     CONFIG_INVALID = "config_invalid"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"

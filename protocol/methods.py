@@ -9,6 +9,8 @@ shapes are documented on the guardian handler that produces them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -270,6 +272,26 @@ class ThreadModeParams(Scoped):
 
 class ThreadSetModeParams(Scoped):
     mode: ModeSpec
+
+
+def mode_fingerprint(mode: ModeSpec) -> str:
+    """A short digest of a mode: what the front-end checked against, sent with every input."""
+    blob = json.dumps(mode.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class ModeGuard(Params):
+    """The mode fields of an input-bearing request, read beside its own params model (so they
+    never enter the idempotency fingerprint): the front-end names the mode it checked the
+    input against, and the guardian refuses (``mode_changed``) when the thread's mode is
+    another one by now. A request without it passes only on a ``wcgw`` thread."""
+
+    thread_id: ThreadId | None = None
+    mode_fingerprint: str | None = Field(default=None, max_length=64)
+
+
+#: Methods that type into a terminal on a thread: the guardian checks their ModeGuard.
+MODE_GUARDED = frozenset({"exec.start", "exec.input", "agent.prompt"})
 
 
 class ShutdownParams(Params):

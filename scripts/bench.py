@@ -320,6 +320,60 @@ async def restart_to_first_call(workspace: Path, rounds: int = 5) -> tuple[list[
     return samples, baseline
 
 
+async def _echo_samples(client: Client, workspace: Path, rounds: int) -> list[float]:
+    """`echo hi` through BashCommand on a warm shell, one sample per call."""
+    session = await _session(client, workspace)
+    args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+            "action_json": {"type": "command", "command": "echo hi"}}
+    for _ in range(3):  # warm the shell and the connection
+        await client.call_tool("BashCommand", args)
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = await client.call_tool("BashCommand", args)
+        samples.append(time.perf_counter() - start)
+        assert result.structured_content and result.structured_content["data"]["exit_code"] == 0
+    return samples
+
+
+async def http_and_stdio_echo(rounds: int, workspace: Path, base: Path
+                              ) -> tuple[list[float], list[float]]:
+    """BashCommand `echo hi` through a real `tether serve --http` (SDK streamable HTTP client,
+    bearer token) and, as its baseline in the same run, through `tether serve` over stdio."""
+    import re
+    import secrets
+
+    import httpx2
+    from mcp import StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+
+    tether = str(Path(sys.executable).with_name("tether"))
+    token = secrets.token_urlsafe(32)
+    principals = base / "principals.toml"
+    principals.write_text(f'[[principal]]\nid = "bench"\ntoken = "{token}"\nprofile = "full"\n')
+    principals.chmod(0o600)
+    log = base / "serve-http.log"
+    with log.open("wb") as err:
+        server = subprocess.Popen([tether, "serve", "--http", "--port", "0", "--principals",
+                                   str(principals)], stdin=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := re.search(r"at (http://\S+/mcp)", log.read_text())):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tether serve --http did not start: {log.read_text()}")
+            await asyncio.sleep(0.05)
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+        async with Client(streamable_http_client(found.group(1), http_client=http)) as client:
+            over_http = await _echo_samples(client, workspace, rounds)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    params = StdioServerParameters(command=tether, args=["serve"], env=dict(os.environ))
+    async with Client(params) as client:
+        over_stdio = await _echo_samples(client, workspace, rounds)
+    return over_http, over_stdio
+
+
 def stop_guardians(runtime_dir: Path) -> None:
     """SIGTERM the guardians this run started (found by their guardian.json, never by name):
     they hang up every terminal they hold, including the busy programs of the observe bench."""
@@ -357,6 +411,7 @@ def main() -> int:
                 fh.write("".join(f"line {line + i} of the ingest benchmark\n" for i in range(10000)))
                 line += 10000
         restart, import_mcp = asyncio.run(restart_to_first_call(workspace))
+        over_http, over_stdio = asyncio.run(http_and_stdio_echo(args.rounds, workspace, base))
         raw_rate = raw_pty_rate(big)
         rate, screen_ms, screen_ok, _ = asyncio.run(ingest(workspace, big))
         attach_rate, attach_bytes, attach_repaints = asyncio.run(
@@ -400,6 +455,10 @@ def main() -> int:
           f"(target >= 0.7); to the ingest rate above {attach_rate / rate:.2f}")
     print(f"tether attach of a program printing 10 MB/s for 3 s: {paced_rate:.1f} MB/s shown "
           f"({paced_bytes / 1e6:.1f} MB), {paced_repaints} repaints (keeps up when 0)")
+    h50, d50 = _pct(over_http, 0.5) * 1000, _pct(over_stdio, 0.5) * 1000
+    print(f"BashCommand echo over streamable HTTP: p50 {h50:.2f} ms  p95 "
+          f"{_pct(over_http, 0.95) * 1000:.2f} ms; over stdio p50 {d50:.2f} ms; HTTP - stdio "
+          f"{h50 - d50:+.2f} ms (target <= +2 ms)")
     s50, i50 = _pct(restart, 0.5), _pct(import_mcp, 0.5)
     print(f"front-end restart to first successful call: p50 {s50:.2f} s (target <= 1.5 s); "
           f"python -c 'import mcp' {i50:.2f} s; ratio {s50 / i50:.2f}")

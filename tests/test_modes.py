@@ -12,7 +12,10 @@ from mcp import Client
 
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
 from tests.test_agent import _agent, _log_lines, _start_fake
+from tether.frontend.guardians import GuardianLocator
 from tether.frontend.server import build_server
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -147,3 +150,43 @@ async def test_agent_prompting_needs_wcgw(client: Client, workspace: Path, tmp_p
     receipt = (await _agent(client, session, prompt))["data"]["receipt"]
     assert receipt["delivered"] is True and receipt.get("replayed") is None
     assert _log_lines(log) == ["hello agent"]
+
+
+async def test_a_mode_changed_by_another_front_end_holds_at_once(
+        tether_env: Config, workspace: Path) -> None:
+    async with Client(build_server(tether_env)) as first, \
+            Client(build_server(tether_env)) as second:
+        session = await initialize(first, workspace)
+        assert (await run(first, session, "echo warm"))["exit_code"] == 0  # first knows: wcgw
+        await change_mode(second, session, "architect")
+        err = await refused(first, session, {"type": "command", "command": "touch made"})
+        assert err["code"] == "mode_denied" and err["data"]["violations"][0]["rule"] == (
+            "read_only_commands")
+        assert (await run(first, session, "ls"))["exit_code"] == 0  # checked again, allowed
+        assert not (workspace / "made").exists()
+
+
+async def test_the_guardian_refuses_input_checked_against_another_mode(
+        client: Client, tether_env: Config, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    locator = GuardianLocator(tether_env, "local")
+    try:
+        start = {"principal": "local", "workspace_root": session["workspace_root"],
+                 "thread_id": session["thread_id"], "command": "touch sneaked",
+                 "idempotency_key": "k1"}
+        for guard in ({}, {"mode_fingerprint": mode_fingerprint(ModeSpec())}):
+            with pytest.raises(TetherError) as caught:
+                await locator.call(session["workspace_root"], "exec.start", {**start, **guard},
+                                   timeout_s=10)
+            assert caught.value.code == ErrorCode.MODE_CHANGED
+            assert caught.value.data == {"mode": "architect", "input_sent": False}
+        checked = {"mode_fingerprint": mode_fingerprint(ModeSpec(name="architect"))}
+        done = await locator.call(session["workspace_root"], "exec.start",
+                                  {**start, **checked, "command": "true", "wait_ms": 5000},
+                                  timeout_s=10)
+        assert done["execution"]["exit_code"] == 0
+    finally:
+        locator.close()
+    assert not (workspace / "sneaked").exists()
+    assert await history(client, session) == ["true"]

@@ -11,7 +11,7 @@ from typing import Any
 import mcp_types as types
 
 from tether.frontend import results
-from tether.frontend.modes import check_agent_action
+from tether.frontend.modes import Guard, check_agent_action, send_checked
 from tether.frontend.schemas import AgentArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
@@ -43,7 +43,7 @@ class AgentTool(Tool):
             )
         root, scope = session.scope(args.thread_id, args.workspace_root)
         # Who may do this action, in this thread's mode: checked before anything is sent.
-        await check_agent_action(session, root, scope, args.action)
+        first_guard = await check_agent_action(session, root, scope, args.action)
         call = session.locator.call
         async def recognition(execution_id: str) -> dict[str, Any]:
             """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
@@ -94,10 +94,19 @@ class AgentTool(Tool):
                 timeout_s=args.timeout_seconds + RPC_SLACK_S)
             return results.ok(data, _receipt_text(data["receipt"]))
         text = _need(args.text, "text", args.action)
-        data = await call(root, "agent.prompt", {
-            **scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
-            "recognizer": args.recognizer, "timeout_ms": timeout_ms},
-            timeout_s=args.timeout_seconds + RPC_SLACK_S)
+        params = {**scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
+                  "recognizer": args.recognizer, "timeout_ms": timeout_ms}
+
+        async def check(fresh: bool) -> Guard:
+            if not fresh:
+                return first_guard
+            return await check_agent_action(session, root, scope, "prompt", fresh=True)
+
+        async def send(guard: Guard) -> Any:
+            return await call(root, "agent.prompt", {**params, **guard},
+                              timeout_s=args.timeout_seconds + RPC_SLACK_S)
+
+        data = await send_checked(session, root, scope, check, send)
         return results.ok(data, _receipt_text(data["receipt"]))
 
 

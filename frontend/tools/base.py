@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import mcp_types as types
@@ -13,9 +13,27 @@ from pydantic import BaseModel
 
 from tether.frontend.authority import LOCAL, Caller
 from tether.frontend.guardians import GuardianLocator
+from tether.protocol.methods import ModeSpec
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class KnownModes:
+    """The mode each thread had when this front-end last looked: a hint, verified by the
+    guardian on every input (a stale entry costs a retry, never a wrong delivery)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str], ModeSpec] = {}
+
+    def get(self, key: tuple[str, str, str]) -> ModeSpec | None:
+        return self._seen.get(key)
+
+    def remember(self, key: tuple[str, str, str], mode: ModeSpec) -> None:
+        self._seen[key] = mode
+
+    def forget(self, key: tuple[str, str, str]) -> None:
+        self._seen.pop(key, None)
 
 
 @dataclass
@@ -28,6 +46,8 @@ class Session:
 
     locator: GuardianLocator
     caller: Caller = LOCAL
+    #: The mode each thread was last seen in, shared by the calls of one server (a hint).
+    modes: KnownModes = field(default_factory=lambda: KnownModes())
 
     @property
     def principal(self) -> str:

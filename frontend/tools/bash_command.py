@@ -9,7 +9,7 @@ from typing import Any
 import mcp_types as types
 
 from tether.frontend import results
-from tether.frontend.modes import check_bash_action
+from tether.frontend.modes import Guard, check_bash_action, send_checked
 from tether.frontend.schemas import (
     BashCommandArgs,
     CommandAction,
@@ -50,7 +50,6 @@ class BashCommandTool(Tool):
     ) -> types.CallToolResult:
         root, scope = session.scope(args.thread_id, args.workspace_root)
         action = args.action_json
-        await check_bash_action(session, root, scope, action)
         wait_s = DEFAULT_WAIT_MS / 1000 if args.wait_for_seconds is None else args.wait_for_seconds
         wait_ms = int(wait_s * 1000)
         method: str
@@ -93,11 +92,20 @@ class BashCommandTool(Tool):
                 timeout_s=RPC_SLACK_S,
             )
             return results.ok({"screen": screen}, screen.get("text") or "(empty screen)")
-        reply = await _with_progress(
-            session.locator.call(root, method, params, timeout_s=wait_s + RPC_SLACK_S),
-            progress, wait_s,
-        )
-        return _execution_result(reply)
+
+        async def check(fresh: bool) -> Guard:
+            return await check_bash_action(session, root, scope, action, fresh=fresh)
+
+        async def send(guard: Guard) -> Any:
+            return await _with_progress(
+                session.locator.call(root, method, {**params, **guard},
+                                     timeout_s=wait_s + RPC_SLACK_S),
+                progress, wait_s,
+            )
+
+        # The thread's mode is checked before anything is sent (mode_denied), and the
+        # guardian verifies the input was checked against the mode the thread has now.
+        return _execution_result(await send_checked(session, root, scope, check, send))
 
 
 async def _with_progress(call: Any, progress: Progress, wait_s: float) -> Any:

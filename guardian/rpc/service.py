@@ -95,7 +95,7 @@ class GuardianService:
         person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
-        modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
+        modes = self._modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
         for side in (inspector, history, turns, desk, person, modes):
             self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
@@ -111,6 +111,7 @@ class GuardianService:
             rid = request_id_of(obj)
             request = parse_request(obj)
             params = self._admit(request)
+            self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
             result = await self._handlers[request.method](request, params)
             return codec.encode(ok_response(self.version, request.id, result))
