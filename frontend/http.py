@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 
 from tether.frontend.authority import Caller
 from tether.frontend.principals import Principals
-from tether.frontend.server import build_server
+from tether.frontend.server import CallerResolver, build_server
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
 
@@ -50,13 +50,15 @@ class PrincipalTokens:
 
 @dataclass(frozen=True)
 class HttpOptions:
+    """Where to listen, and which other Host/Origin names clients may use."""
+
     host: str = "127.0.0.1"
     port: int = 8765
     allow_remote: bool = False
     allowed_hosts: tuple[str, ...] = ()
 
 
-def caller_resolver(principals: Principals) -> Any:
+def caller_resolver(principals: Principals) -> CallerResolver:
     """Name the caller of a request from the user the bearer middleware authenticated."""
     callers: dict[str, Caller] = principals.callers()
 
