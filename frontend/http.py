@@ -140,9 +140,10 @@ def serve(config: Config, principals: Principals, options: HttpOptions, log_leve
     print(f"tether serve: MCP over streamable HTTP at "
           f"http://{_url_host(options.host)}:{port}{MCP_PATH} ({len(principals)} principals)",
           file=sys.stderr, flush=True)
+    # http="httptools": the C parser costs ~0.5 ms less per request than pure-Python h11.
     server = uvicorn.Server(uvicorn.Config(
-        app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=2,
-        server_header=False,
+        app, http="httptools", log_level=log_level.lower(), access_log=False,
+        timeout_graceful_shutdown=2, server_header=False,
     ))
     server.run(sockets=[sock])
 
