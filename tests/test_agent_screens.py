@@ -44,7 +44,7 @@ def test_there_are_enough_real_screens_of_each_program() -> None:
         programs[program] = programs.get(program, 0) + 1
     assert set(programs) == {"claude", "codex", "opencode"}, programs
     assert all(count >= 8 for count in programs.values()), programs
-    assert sum(programs.values()) >= 35, programs
+    assert sum(programs.values()) >= 40, programs
 
 
 @pytest.mark.parametrize("path", SCREENS, ids=lambda p: f"{p.parent.name}/{p.stem}")

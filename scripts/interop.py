@@ -1,0 +1,751 @@
+"""Real agent CLIs against Tether, both ways (driven by ``scripts/interop``).
+
+For each of Claude Code, Codex and OpenCode, pinned and installed from the npm registry into
+a cache outside the checkout, against the scripted model APIs of ``interop_models``:
+
+1. *Inside Tether*: the CLI runs in a Tether terminal (``BashCommand`` background command);
+   the driver answers its first-run dialogs, prompts it once through ``Agent.prompt`` and
+   checks the receipt (and that the model saw the prompt exactly once, and a repeat typed
+   nothing), has it ask for approval and denies it (the file it wanted to create must not
+   exist), cancels a slow turn, and exits it. At every checkpoint the screen is labelled by
+   what the driver did (ground truth, from the screen text), recognition is compared with the
+   label, and the screen is saved as a fixture: ``tests/fixtures/agents/<program>-<version>/
+   NN_name.ansi`` (every byte the program wrote, from its start) with ``NN_name.json`` (the
+   expected state, attention and rule) and ``NN_name.txt`` (the screen, for review).
+2. *As Tether's MCP client*: ``claude -p --mcp-config``, ``codex exec`` and ``opencode run``
+   with Tether configured as an MCP server; the scripted model makes the client call
+   ``Initialize`` and a ``BashCommand`` and checks the output came back. The tool schemas the
+   client handed to the model are compared with Tether's own.
+
+Prints a summary per program and exits non-zero when a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import interop_models
+
+from tether.guardian.agents.recognize import ScreenView, recognize
+from tether.guardian.history.journal import Journal
+from tether.guardian.terminal.screen import TerminalScreen
+from tether.shared.config import Config
+from tether.shared.paths import guardian_paths
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "agents"
+NODE_VERSION = "22.23.5"
+PINS = {
+    "claude": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
+    "codex": ("@openai/codex", "0.171.0", "codex"),
+    "opencode": ("opencode-ai", "1.18.33", "opencode"),
+}
+COLS, ROWS = 120, 40
+FAKE_ANTHROPIC_KEY = "sk-ant-api03-" + "fake" * 8 + "-AAAAAA"
+
+
+# -- installing ------------------------------------------------------------------------------
+
+
+def npm_install(prefix: Path, specs: list[str]) -> None:
+    prefix.mkdir(parents=True, exist_ok=True)
+    print(f"interop: npm install {' '.join(specs)} into {prefix}", flush=True)
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix",
+                    str(prefix), *specs], check=True, stdout=subprocess.DEVNULL)
+
+
+def installed_version(prefix: Path, package: str) -> str | None:
+    manifest = prefix / "node_modules" / package / "package.json"
+    if not manifest.exists():
+        return None
+    return str(json.loads(manifest.read_text()).get("version"))
+
+
+def install(cache: Path) -> dict[str, Path]:
+    """Pinned Node and CLIs under ``cache``; returns the ``bin`` directories to put on PATH."""
+    arch = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "x64")
+    node_pkg = f"node-linux-{arch}"
+    node_prefix = cache / f"node-{NODE_VERSION}"
+    if installed_version(node_prefix, node_pkg) != NODE_VERSION:
+        npm_install(node_prefix, [f"{node_pkg}@{NODE_VERSION}"])
+    cli_prefix = cache / "cli"
+    wanted = [f"{pkg}@{version}" for pkg, version, _ in PINS.values()
+              if installed_version(cli_prefix, pkg) != version]
+    if wanted:
+        npm_install(cli_prefix, wanted)
+    return {"node": node_prefix / "node_modules" / node_pkg / "bin",
+            "cli": cli_prefix / "node_modules" / ".bin"}
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    program: str
+    version: str
+    states: list[str] = field(default_factory=list)
+    receipts: list[str] = field(default_factory=list)
+    client: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    screens: int = 0
+    started: float = field(default_factory=time.time)
+
+    def check(self, ok: bool, what: str) -> bool:
+        if not ok:
+            self.failures.append(what)
+            print(f"  FAIL {self.program}: {what}", flush=True)
+        return ok
+
+
+# -- Tether through MCP ----------------------------------------------------------------------
+
+
+class Tether:
+    """One MCP client session with ``tether serve`` over stdio, and one thread."""
+
+    def __init__(self, client: Client, session: dict[str, Any], config: Config) -> None:
+        self.client = client
+        self.session = session
+        self.config = config
+
+    async def call(self, tool: str, args: dict[str, Any], *, allow_error: bool = False) -> dict[str, Any]:
+        result = await self.client.call_tool(tool, args)
+        content = result.structured_content or {}
+        if result.is_error and not allow_error:
+            raise RuntimeError(f"{tool} failed: {content or result.content}")
+        return content
+
+    def scoped(self, **kw: Any) -> dict[str, Any]:
+        return {"thread_id": self.session["thread_id"],
+                "workspace_root": self.session["workspace_root"], **kw}
+
+    async def bash(self, action: dict[str, Any], wait: float | None = None) -> dict[str, Any]:
+        args = self.scoped(action_json=action)
+        if wait is not None:
+            args["wait_for_seconds"] = wait
+        return dict((await self.call("BashCommand", args))["data"])
+
+    async def start(self, command: str) -> str:
+        data = await self.bash({"type": "command", "command": command, "is_background": True,
+                                "rows": ROWS, "cols": COLS}, wait=0)
+        return str(data["execution_id"])
+
+    async def screen(self, eid: str) -> dict[str, Any]:
+        return dict((await self.bash({"type": "screen", "execution_id": eid}))["screen"])
+
+    async def explain(self, eid: str) -> dict[str, Any]:
+        data = await self.call("Execution", self.scoped(action={"type": "explain", "execution_id": eid}))
+        return dict(data["data"]["recognition"])
+
+    async def keys(self, eid: str, *keys: str) -> dict[str, Any]:
+        return await self.bash({"type": "send_keys", "execution_id": eid, "keys": list(keys)}, wait=0.3)
+
+    async def text(self, eid: str, text: str) -> dict[str, Any]:
+        return await self.bash({"type": "send_text", "execution_id": eid, "text": text}, wait=0.3)
+
+    async def status(self, eid: str, wait: float = 0) -> dict[str, Any]:
+        return await self.bash({"type": "status_check", "execution_id": eid}, wait=wait)
+
+    async def agent(self, action: str, **kw: Any) -> dict[str, Any]:
+        return await self.call("Agent", self.scoped(action=action, **kw), allow_error=True)
+
+    def raw(self, eid: str) -> bytes:
+        paths = guardian_paths(self.config, "local", self.session["workspace_root"])
+        journal = Journal(paths.journals, eid)
+        return journal.read(journal.start, journal.end - journal.start)
+
+
+def replay(raw: bytes) -> tuple[str, str]:
+    """Screen text and title after feeding ``raw`` to the guardian's emulator."""
+    screen = TerminalScreen(COLS, ROWS)
+    screen.feed(raw)
+    snap = screen.snapshot()
+    return snap.text, snap.title
+
+
+# -- checkpoints: label, compare, save ------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    report: Report
+    out_dir: Path | None
+    recognizer: str
+    seen_texts: set[str] = field(default_factory=set)
+    count: int = 0
+
+    def save(self, name: str, raw: bytes, expected: dict[str, Any], got: dict[str, Any]) -> None:
+        text, title = replay(raw)
+        if self.out_dir is None or text in self.seen_texts:
+            return
+        self.seen_texts.add(text)
+        self.count += 1
+        stem = self.out_dir / f"{self.count:02d}_{name}"
+        stem.with_suffix(".ansi").write_bytes(raw)
+        stem.with_suffix(".txt").write_text(text + "\n")
+        view = ScreenView.from_text(text, title)
+        offline = recognize(view, self.recognizer)
+        meta = {"program": self.report.program, "version": self.report.version,
+                "cols": COLS, "rows": ROWS, "recognizer": self.recognizer,
+                "state": expected["state"], "attention": expected.get("attention"),
+                "rule": offline.rule if offline.state == expected["state"] else None,
+                "note": expected.get("note", ""), "live_rule": got.get("rule")}
+        stem.with_suffix(".json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        self.report.screens += 1
+
+
+async def checkpoint(t: Tether, rec: Recorder, eid: str, name: str, until: str, state: str,
+                     attention: str | None = None, timeout: float = 25.0, stable: bool = True,
+                     note: str = "") -> dict[str, Any] | None:
+    """Wait until the screen shows ``until`` (the ground truth of what the driver did), then
+    compare recognition with ``state``/``attention`` and save the screen."""
+    pattern = re.compile(until, re.MULTILINE)
+    deadline = time.monotonic() + timeout
+    last_text = None
+    got: dict[str, Any] = {}
+    text = ""
+    while time.monotonic() < deadline:
+        screen = await t.screen(eid)
+        text = screen.get("text") or ""
+        if pattern.search(text) and (not stable or text == last_text):
+            got = await t.explain(eid)
+            raw = t.raw(eid)
+            again = await t.screen(eid)
+            if (again.get("text") or "") == text and replay(raw)[0] == text:
+                break
+        last_text = text
+        await asyncio.sleep(0.3)
+    else:
+        rec.report.check(False, f"{name}: the screen never showed /{until}/; last screen:\n{text}")
+        return None
+    ok = got.get("state") == state and (attention is None or got.get("attention") == attention)
+    label = f"{name}={got.get('state')}" + (f"/{got.get('attention')}" if got.get("attention") else "")
+    rec.report.states.append(label + ("" if ok else f" (expected {state}/{attention})")
+                             + f" [{got.get('rule')}]")
+    rec.report.check(ok, f"{name}: recognised {got.get('state')}/{got.get('attention')} by "
+                         f"{got.get('rule')}, expected {state}/{attention}")
+    rec.save(name, raw, {"state": state, "attention": attention, "note": note}, got)
+    return got
+
+
+async def wait_exit(t: Tether, eid: str, timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = await t.status(eid, wait=min(5.0, max(0.0, deadline - time.monotonic())))
+        if status["status"] != "running" or time.monotonic() >= deadline:
+            return status
+
+
+def model_requests(log: Path, marker: str, since: float) -> list[dict[str, Any]]:
+    """Main-model requests (the ones that offer tools) whose latest user text has ``marker``
+    and that are not follow-ups to a tool result."""
+    if not log.exists():
+        return []
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [e for e in entries if marker in e["markers"] and e["tools"] and not e["tool_result"]
+            and e["t"] >= since]
+
+
+async def prompt_once(t: Tether, rec: Recorder, eid: str, log: Path, text: str, marker: str) -> None:
+    """``Agent.prompt`` with a receipt; a repeat of the same prompt id types nothing."""
+    report = rec.report
+    prompt_id = f"p-{marker.lower()}-{secrets.token_hex(3)}"
+    sent = await t.agent("prompt", target=eid, prompt_id=prompt_id, text=text, timeout_seconds=20)
+    receipt = (sent.get("data") or {}).get("receipt") or {}
+    if not report.check(bool(receipt.get("delivered")), f"prompt {marker} not delivered: {sent}"):
+        return
+    waited = await t.agent("wait", target=eid, prompt_id=prompt_id, timeout_seconds=25)
+    receipt = (waited.get("data") or {}).get("receipt") or receipt
+    again = await t.agent("prompt", target=eid, prompt_id=prompt_id, text=text, timeout_seconds=5)
+    repeat = (again.get("data") or {}).get("receipt") or {}
+    await asyncio.sleep(1.0)
+    reached = len(model_requests(log, marker, report.started))
+    report.receipts.append(
+        f"{marker}: delivered={receipt.get('delivered')} "
+        f"activity_observed={receipt.get('activity_observed')} "
+        f"wait_reached={receipt.get('wait_reached')}; repeat typed nothing "
+        f"(same receipt: {repeat.get('prompt_id') == prompt_id}); reached the model {reached}x")
+    report.check(bool(receipt.get("activity_observed")) and bool(receipt.get("wait_reached")),
+                 f"receipt for {marker} incomplete: {receipt}")
+    report.check(reached == 1, f"{marker} reached the model {reached} times, expected once")
+
+
+async def clear_draft(t: Tether, eid: str, draft: str) -> None:
+    await t.keys(eid, *(["Backspace"] * len(draft)))
+
+
+# -- the programs inside Tether ---------------------------------------------------------------
+
+
+@dataclass
+class Env:
+    cache: Path
+    bins: dict[str, Path]
+    port: int
+    log: Path
+    tether_env: dict[str, str]
+    work: Path
+    workspaces: list[Path] = field(default_factory=list)
+
+    def path(self) -> str:
+        return f"{self.bins['node']}:{self.bins['cli']}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+    def bin(self, name: str) -> str:
+        return str(self.bins["cli"] / name)
+
+    def fresh(self, name: str) -> Path:
+        path = self.work / name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        self.workspaces.append(path)
+        return path
+
+
+def env_prefix(values: dict[str, str]) -> str:
+    return "env " + " ".join(f"{k}={_quote(v)}" for k, v in values.items())
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'" if re.search(r"[^\w@%+=:,./-]", value) else value
+
+
+async def claude_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+    home = env.fresh("claude-home")
+    # Onboarding done (its first step calls api.anthropic.com, unreachable here); the folder
+    # trust and API key questions still come, as on any new machine.
+    (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark"}))
+    command = env_prefix({
+        "HOME": str(home), "PATH": env.path(), "TERM": "xterm-256color",
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{env.port}", "ANTHROPIC_API_KEY": FAKE_ANTHROPIC_KEY,
+        "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }) + f" {env.bin('claude')} --permission-mode manual"
+    eid = await t.start(f"cd {_quote(str(project))} && {command}")
+    await run_claude_like(t, env, rec, eid, project)
+
+
+async def run_claude_like(t: Tether, env: Env, rec: Recorder, eid: str, project: Path) -> None:
+    await checkpoint(t, rec, eid, "trust_folder", r"trust this folder", "awaiting_approval", "trust")
+    await t.keys(eid, "Down")
+    await checkpoint(t, rec, eid, "trust_folder_yes_selected", r"❯ Yes, I trust", "awaiting_approval",
+                     "trust")
+    await t.keys(eid, "Enter")
+    await checkpoint(t, rec, eid, "api_key", r"use this API key", "awaiting_approval", "login")
+    await t.keys(eid, "Up")
+    await checkpoint(t, rec, eid, "api_key_yes_selected", r"❯ Yes", "awaiting_approval", "login")
+    await t.keys(eid, "Enter")
+    await checkpoint(t, rec, eid, "idle_empty", r"(?m)^❯\s*$", "awaiting_input")
+    await drafts_and_turns(t, env, rec, eid, project, idle_after=r"Hello from the scripted model",
+                           approval=r"Do you want to proceed\?", deny=("Down", "Down"),
+                           always=r"❯ 2\. Yes, and", picker=("/model", r"/model",
+                                                              r"(?i)select model|switch between"),
+                           deny_selected=r"❯ \d+\. No", deny_key="Enter",
+                           denied=r"(?i)rejected|denied|declined|No, and tell|interrupted",
+                           busy=r"esc to interrupt", cancel=("Escape",), interrupted=r"(?i)interrupted")
+    await t.keys(eid, "Ctrl-c")
+    await checkpoint(t, rec, eid, "ctrl_c_once", r"(?i)again to exit", "awaiting_input")
+    await t.keys(eid, "Ctrl-c")
+    status = await wait_exit(t, eid)
+    rec.report.check(status["status"] == "exited", f"claude did not exit: {status['status']}")
+    rec.report.states.append(f"exited (exit code {status.get('exit_code')})")
+    await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
+                     note="the program has exited; its last frame is still on the screen")
+
+
+async def drafts_and_turns(t: Tether, env: Env, rec: Recorder, eid: str, project: Path, *,
+                           idle_after: str, approval: str, deny: tuple[str, ...], deny_selected: str,
+                           deny_key: str, denied: str, busy: str, cancel: tuple[str, ...],
+                           interrupted: str, approval_attention: str = "approval",
+                           always: str | None = None,
+                           picker: tuple[str, str, str] | None = None) -> None:
+    """The part every program shares: a draft, a prompt, an approval denied, a cancel.
+
+    ``always``: the screen with the approval's "allow always" answer selected (one Down from
+    the first answer). ``picker``: ``(slash command, menu regex, picker regex)`` — the slash
+    menu while typing it, then the list it opens (a ``choice``), closed with Escape."""
+    draft = "a draft not sent"
+    await t.text(eid, draft)
+    await checkpoint(t, rec, eid, "typed_draft", re.escape(draft), "awaiting_input")
+    await clear_draft(t, eid, draft)
+    if picker is not None:
+        command, menu, chooser = picker
+        await t.text(eid, command)
+        await checkpoint(t, rec, eid, "slash_menu", menu, "awaiting_input", timeout=10)
+        await t.keys(eid, "Enter")
+        await checkpoint(t, rec, eid, "picker", chooser, "awaiting_approval", "choice", timeout=10)
+        await t.keys(eid, "Escape")
+        await asyncio.sleep(0.5)
+        await clear_draft(t, eid, command)
+    await prompt_once(t, rec, eid, env.log, "say hi TETHER-HELLO", "TETHER-HELLO")
+    await checkpoint(t, rec, eid, "idle_after_reply", idle_after, "awaiting_input")
+    await t.agent("prompt", target=eid, prompt_id=f"run-{secrets.token_hex(3)}",
+                  text="please TETHER-RUN", timeout_seconds=10)
+    await checkpoint(t, rec, eid, "approval", approval, "awaiting_approval", approval_attention)
+    if always is not None:
+        await t.keys(eid, "Down")
+        await checkpoint(t, rec, eid, "approval_allow_always_selected", always, "awaiting_approval",
+                         approval_attention)
+    if deny:
+        await t.keys(eid, *deny)
+        await checkpoint(t, rec, eid, "approval_no_selected", deny_selected, "awaiting_approval",
+                         approval_attention)
+    await t.keys(eid, deny_key)
+    await checkpoint(t, rec, eid, "approval_denied", denied, "awaiting_input")
+    await asyncio.sleep(1.0)
+    rec.report.check(not (project / "created_by_agent.txt").exists(),
+                     "the denied command ran: created_by_agent.txt exists")
+    rec.report.receipts.append("approval denied: created_by_agent.txt "
+                               + ("exists (FAIL)" if (project / "created_by_agent.txt").exists()
+                                  else "was not created"))
+    await t.agent("prompt", target=eid, prompt_id=f"slow-{secrets.token_hex(3)}",
+                  text="take your time TETHER-SLOW", timeout_seconds=10)
+    await checkpoint(t, rec, eid, "busy", busy, "busy", stable=False)
+    for key in cancel:
+        await t.keys(eid, key)
+        await asyncio.sleep(0.4)
+    got = await checkpoint(t, rec, eid, "interrupted", interrupted, "awaiting_input")
+    rec.report.receipts.append(f"cancel acknowledged: {'yes' if got else 'no'}")
+
+
+async def codex_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+    # First a Codex with no provider and no login: its sign-in screen.
+    bare = env.fresh("codex-home-bare")
+    base = {"PATH": env.path(), "TERM": "xterm-256color"}
+    eid = await t.start(f"cd {_quote(str(project))} && "
+                        + env_prefix({**base, "HOME": str(bare), "CODEX_HOME": str(bare)})
+                        + f" {env.bin('codex')} --no-daemon")
+    await checkpoint(t, rec, eid, "login", r"(?i)sign in|api key", "awaiting_approval", "login")
+    await t.keys(eid, "Down")
+    await checkpoint(t, rec, eid, "login_option_2", r"[›>] 2\.", "awaiting_approval", "login")
+    await t.keys(eid, "Ctrl-c")
+    if (await wait_exit(t, eid, 5))["status"] == "running":
+        with contextlib.suppress(Exception):
+            await t.keys(eid, "Ctrl-c")
+    home = env.fresh("codex-home")
+    (home / "config.toml").write_text(
+        'model = "scripted-model"\nmodel_provider = "scripted"\napproval_policy = "on-request"\n'
+        "[model_providers.scripted]\nname = \"Scripted\"\n"
+        f'base_url = "http://127.0.0.1:{env.port}/v1"\nwire_api = "responses"\n')
+    eid = await t.start(f"cd {_quote(str(project))} && "
+                        + env_prefix({**base, "HOME": str(home), "CODEX_HOME": str(home)})
+                        + f" {env.bin('codex')} --no-daemon")
+    await checkpoint(t, rec, eid, "trust_folder", r"(?i)trust this folder", "awaiting_approval", "trust")
+    await t.keys(eid, "Down")
+    await checkpoint(t, rec, eid, "trust_folder_option_2", r"[›>] 2\.", "awaiting_approval", "trust")
+    await t.keys(eid, "Up")
+    await asyncio.sleep(0.3)
+    await t.keys(eid, "Enter")
+    await checkpoint(t, rec, eid, "idle_empty", r"Ask Codex to do anything", "awaiting_input")
+    await drafts_and_turns(t, env, rec, eid, project, idle_after=r"Hello from the scripted model",
+                           approval=r"Would you like to run", deny=("Down",),
+                           always=r"[›>] 2\. Yes, and", picker=("/model", r"/model",
+                                                                 r"(?i)select model"),
+                           deny_selected=r"[›>] 3\. No", deny_key="Enter",
+                           denied=r"(?i)canceled|cancelled|denied|rejected|did not run",
+                           # While the answer streams Codex hides its status line; only the
+                           # title's spinner says it is working.
+                           busy=r"Working slowly", cancel=("Escape",), interrupted=r"(?i)interrupted")
+    await t.keys(eid, "Ctrl-c")
+    status = await wait_exit(t, eid, 5)
+    if status["status"] == "running":
+        await checkpoint(t, rec, eid, "ctrl_c_once", r"(?i)again to (quit|exit)", "awaiting_input",
+                         timeout=5)
+        await t.keys(eid, "Ctrl-c")
+        status = await wait_exit(t, eid)
+    rec.report.check(status["status"] == "exited", f"codex did not exit: {status['status']}")
+    rec.report.states.append(f"exited (exit code {status.get('exit_code')})")
+    await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
+                     note="the program has exited; its last frame is still on the screen")
+
+
+def opencode_config(port: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"scripted": {
+            "npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+            "options": {"baseURL": f"http://127.0.0.1:{port}/v1", "apiKey": "sk-scripted"},
+            "models": {"scripted-model": {"name": "Scripted Model"}}}},
+        "model": "scripted/scripted-model", "small_model": "scripted/scripted-model",
+        "autoupdate": False, "share": "disabled",
+        "permission": {"bash": "ask", "edit": "ask"},
+        **(extra or {}),
+    }
+
+
+async def opencode_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+    home = env.fresh("opencode-home")
+    (home / ".config" / "opencode").mkdir(parents=True)
+    (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(opencode_config(env.port)))
+    eid = await t.start(f"cd {_quote(str(project))} && "
+                        + env_prefix({"HOME": str(home), "PATH": env.path(), "TERM": "xterm-256color"})
+                        + f" {env.bin('opencode')}")
+    await checkpoint(t, rec, eid, "idle_home", r"Ask anything", "awaiting_input", timeout=40)
+    await drafts_and_turns(t, env, rec, eid, project, idle_after=r"Hello from the scripted model",
+                           approval=r"(?i)permission required|allow once", deny=("Right", "Right"),
+                           deny_selected=r"(?i)reject", deny_key="Enter",
+                           # Rejecting leaves no message: the question is gone, the input back.
+                           denied=r"(?s)\A(?!.*Permission required).*ctrl\+p commands",
+                           busy=r"esc interrupt",
+                           cancel=("Escape", "Escape"), interrupted=r"(?i)interrupted")
+    await t.keys(eid, "Ctrl-c")
+    status = await wait_exit(t, eid)
+    rec.report.check(status["status"] == "exited", f"opencode did not exit: {status['status']}")
+    rec.report.states.append(f"exited (exit code {status.get('exit_code')})")
+    await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
+                     note="the program has exited; its last frame is still on the screen")
+
+
+# -- the programs as Tether's MCP client ------------------------------------------------------
+
+
+def tether_server_entry(env: Env) -> dict[str, Any]:
+    return {"command": str(ROOT / ".venv" / "bin" / "tether"), "args": ["serve"],
+            "env": dict(env.tether_env)}
+
+
+def run_client(report: Report, argv: list[str], cwd: Path, extra_env: dict[str, str],
+               timeout: float = 120) -> str:
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=cwd, env={**os.environ, **extra_env}, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        report.check(False, f"{argv[0]} as client timed out after {timeout}s: {exc.stdout}")
+        return ""
+    output = done.stdout + done.stderr
+    report.client.append(f"{Path(argv[0]).name} exit {done.returncode} in "
+                         f"{time.monotonic() - started:.1f}s")
+    return output
+
+
+def client_verdict(report: Report, output: str, log: Path, since: float) -> None:
+    ok = "MCP-OK" in output
+    report.check(ok, f"client run did not report MCP-OK: {output[-600:]}")
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    entries = [e for e in entries if e["t"] >= since]
+    listed = set()
+    calls = [e["value"] for e in entries if e["decision"] == "tool"]
+    for entry in entries:
+        listed |= set(entry.get("tether_tools") or {})
+    report.client.append(f"tools the model saw from Tether: {', '.join(sorted(listed)) or 'none'}")
+    report.client.append(f"calls made: {', '.join(calls) or 'none'}; result: "
+                         + ("MCP-OK (BashCommand output came back)" if ok else "FAIL"))
+    schemas = next((e["tether_tools"] for e in reversed(entries) if e.get("tether_tools")), {})
+    report.client.append("schemas: " + compare_schemas(schemas))
+
+
+def compare_schemas(seen: dict[str, Any]) -> str:
+    """How the client changed Tether's input schemas before showing them to the model."""
+    from tether.frontend.tools import all_tools
+
+    ours = {tool.name: tool.definition().input_schema for tool in all_tools()}
+    notes = []
+    for name, schema in sorted(seen.items()):
+        short = next((tool for tool in ours if name.endswith(tool)), None)
+        if short is None:
+            continue
+        if json.dumps(ours[short], sort_keys=True) == json.dumps(schema, sort_keys=True):
+            notes.append(f"{short} unchanged")
+            continue
+        dropped: set[str] = set()
+        added: set[str] = set()
+        _schema_diff(ours[short], schema, dropped, added)
+        kept = [k for k in ("$defs", "$ref", "oneOf", "anyOf") if k in json.dumps(schema)]
+        notes.append(f"{short} rewritten (dropped {', '.join(sorted(dropped)) or 'nothing'}; "
+                     f"added {', '.join(sorted(added)) or 'nothing'}; kept {', '.join(kept)})")
+    return "; ".join(notes) or "not visible to the model API"
+
+
+def _schema_diff(mine: Any, theirs: Any, dropped: set[str], added: set[str]) -> None:
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        for key in mine.keys() - theirs.keys():
+            if key not in ("properties", "$defs"):
+                dropped.add(key)
+        for key in theirs.keys() - mine.keys():
+            if key not in ("properties", "$defs"):
+                added.add(key)
+        for key in mine.keys() & theirs.keys():
+            _schema_diff(mine[key], theirs[key], dropped, added)
+    elif isinstance(mine, list) and isinstance(theirs, list):
+        for a, b in zip(mine, theirs, strict=False):
+            _schema_diff(a, b, dropped, added)
+
+
+async def claude_client(env: Env, report: Report) -> None:
+    home = env.fresh("claude-client-home")
+    (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+    workspace = env.fresh("claude-client-ws")
+    config = home / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"tether": tether_server_entry(env)}}))
+    since = time.time()
+    output = run_client(report, [
+        env.bin("claude"), "-p", f"TETHER-MCP workspace={workspace}", "--mcp-config", str(config),
+        "--strict-mcp-config", "--allowedTools", "mcp__tether__Initialize,mcp__tether__BashCommand",
+    ], workspace, {"HOME": str(home), "PATH": env.path(), "ENABLE_TOOL_SEARCH": "false",
+                   "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{env.port}",
+                   "ANTHROPIC_API_KEY": FAKE_ANTHROPIC_KEY, "DISABLE_AUTOUPDATER": "1",
+                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
+    client_verdict(report, output, env.log, since)
+
+
+async def codex_client(env: Env, report: Report) -> None:
+    home = env.fresh("codex-client-home")
+    workspace = env.fresh("codex-client-ws")
+    entry = tether_server_entry(env)
+    env_table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in entry["env"].items())
+    (home / "config.toml").write_text(
+        'model = "scripted-model"\nmodel_provider = "scripted"\n'
+        "[model_providers.scripted]\nname = \"Scripted\"\n"
+        f'base_url = "http://127.0.0.1:{env.port}/v1"\nwire_api = "responses"\n'
+        # Without ``required`` codex exec sends its first request before a server that takes
+        # a second or two to start has listed its tools, and the model never sees them.
+        f"[mcp_servers.tether]\ncommand = {json.dumps(entry['command'])}\nargs = [\"serve\"]\n"
+        "required = true\n"
+        f"env = {{ {env_table} }}\n"
+        "[mcp_servers.tether.tools.Initialize]\napproval_mode = \"approve\"\n"
+        "[mcp_servers.tether.tools.BashCommand]\napproval_mode = \"approve\"\n")
+    since = time.time()
+    output = run_client(report, [
+        env.bin("codex"), "exec", "--skip-git-repo-check", f"TETHER-MCP workspace={workspace}",
+    ], workspace, {"HOME": str(home), "CODEX_HOME": str(home), "PATH": env.path()})
+    client_verdict(report, output, env.log, since)
+
+
+async def opencode_client(env: Env, report: Report) -> None:
+    home = env.fresh("opencode-client-home")
+    workspace = env.fresh("opencode-client-ws")
+    entry = tether_server_entry(env)
+    config = opencode_config(env.port, {
+        "mcp": {"tether": {"type": "local", "command": [entry["command"], *entry["args"]],
+                           "environment": entry["env"], "enabled": True}},
+        "permission": {"bash": "ask", "edit": "ask", "tether_*": "allow"},
+    })
+    (home / ".config" / "opencode").mkdir(parents=True)
+    (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(config))
+    since = time.time()
+    output = run_client(report, [
+        env.bin("opencode"), "run", f"TETHER-MCP workspace={workspace}",
+    ], workspace, {"HOME": str(home), "PATH": env.path()})
+    client_verdict(report, output, env.log, since)
+
+
+# -- main ------------------------------------------------------------------------------------
+
+INSIDE: dict[str, Callable[[Tether, Env, Recorder, Path], Any]] = {
+    "claude": claude_inside, "codex": codex_inside, "opencode": opencode_inside}
+CLIENT: dict[str, Callable[[Env, Report], Any]] = {
+    "claude": claude_client, "codex": codex_client, "opencode": opencode_client}
+RECOGNIZERS = {"claude": "claude", "codex": "codex", "opencode": "opencode"}
+
+
+async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> Report:
+    version = PINS[program][1]
+    report = Report(program, version)
+    out_dir: Path | None = None
+    if save:
+        out_dir = FIXTURES / f"{program}-{version}"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.mkdir(parents=True)
+    rec = Recorder(report, out_dir, RECOGNIZERS[program])
+    project = env.fresh(f"{program}-project")
+    subprocess.run(["git", "init", "-q", str(project)], check=False)
+    params = StdioServerParameters(command=str(ROOT / ".venv" / "bin" / "tether"), args=["serve"],
+                                   env={**env.tether_env, "PATH": os.environ.get("PATH", "")})
+    print(f"interop: {program} {version} inside Tether", flush=True)
+    try:
+        async with Client(params) as client:
+            init = await client.call_tool("Initialize", {"type": "first_call",
+                                                         "workspace_root": str(project)})
+            assert init.structured_content is not None
+            session = init.structured_content["data"]
+            t = Tether(client, session, Config.from_env(env.tether_env))
+            await INSIDE[program](t, env, rec, project)
+    except Exception as exc:  # one program's failure must not hide the others' results
+        report.check(False, f"inside Tether: {type(exc).__name__}: {exc}")
+    if not skip_client:
+        print(f"interop: {program} {version} as Tether's MCP client", flush=True)
+        try:
+            await CLIENT[program](env, report)
+        except Exception as exc:
+            report.check(False, f"as client: {type(exc).__name__}: {exc}")
+    return report
+
+
+def summary(reports: list[Report]) -> str:
+    lines = ["", "== scripts/interop summary =="]
+    for r in reports:
+        lines.append(f"{r.program} {r.version}: {'PASS' if not r.failures else 'FAIL'} "
+                     f"({r.screens} screens saved)")
+        lines.append("  states met: " + "; ".join(r.states))
+        for receipt in r.receipts:
+            lines.append(f"  receipt: {receipt}")
+        for item in r.client:
+            lines.append(f"  client: {item}")
+        for failure in r.failures:
+            lines.append(f"  FAILED: {failure.splitlines()[0]}")
+    lines.append(f"screens saved in total: {sum(r.screens for r in reports)}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Real agent CLIs against Tether, both ways.")
+    parser.add_argument("--only", default="claude,codex,opencode")
+    parser.add_argument("--no-save", action="store_true", help="do not rewrite the fixtures")
+    parser.add_argument("--no-client", action="store_true", help="skip the MCP client runs")
+    parser.add_argument("--keep", action="store_true", help="keep the run's homes and logs")
+    parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
+        "TETHER_INTEROP_CACHE", Path.home() / ".cache" / "tether-interop")))
+    args = parser.parse_args()
+    programs = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = [p for p in programs if p not in PINS]
+    if unknown:
+        parser.error(f"unknown program {unknown[0]!r}; choose from {', '.join(PINS)}")
+    cache = args.cache.resolve()
+    if cache.is_relative_to(ROOT):
+        parser.error("the cache must be outside the checkout (node_modules never enter it)")
+    bins = install(cache)
+    # A fresh directory per run: a guardian left by an interrupted run keeps its own runtime
+    # directory, locks and sockets, never this run's.
+    work = cache / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    work.mkdir(parents=True)
+    log = work / "models.jsonl"
+    server = interop_models.serve(0, log)
+    tether_env = {"TETHER_HOME": str(work / "tether-home"), "TETHER_RUNTIME_DIR": str(work / "rt"),
+                  "HOME": str(Path.home())}
+    env = Env(cache, bins, server.server_address[1], log, tether_env, work)
+    reports: list[Report] = []
+    try:
+        for program in programs:
+            reports.append(asyncio.run(run_program(program, env, not args.no_save, args.no_client)))
+    finally:
+        server.shutdown()
+        for workspace in env.workspaces:  # every guardian this run may have started
+            subprocess.run([str(ROOT / ".venv" / "bin" / "tether"), "guardians", "stop",
+                            "--workspace", str(workspace), "--yes"],
+                           env={**os.environ, **tether_env}, capture_output=True, check=False)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(summary(reports))
+    return 1 if any(r.failures for r in reports) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
