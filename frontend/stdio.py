@@ -164,7 +164,11 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
             await write_ready.wait()
             write = holder[0]
             async for raw in anyio.wrap_file(wire):
-                checked = screen_line(raw)
+                try:
+                    checked = screen_line(raw)
+                except Exception:  # a bug here must not end the session: let the SDK judge
+                    log.exception("could not screen a stdin line; passing it on unchanged")
+                    checked = raw.decode("utf-8", "replace")
                 if isinstance(checked, str):
                     yield checked
                 elif checked is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from mcp import Client
 
 from tests.helpers import poll, processes_with_env, start_guardian, tether_processes
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
+from tether.frontend.guardians import guardian_command
 from tether.frontend.server import build_server
 from tether.frontend.tools import all_tools
 from tether.protocol import codec
@@ -166,6 +168,10 @@ async def test_too_broad_workspaces_start_nothing(where: str, tether_env: Config
             "action_json": {"type": "command", "command": "true"}})
         assert other["code"] == "workspace_too_broad"
     assert tether_processes(tether_env.runtime_dir, "tether-guardian") == []
+    # A guardian started by hand refuses such a root too.
+    by_hand = subprocess.run([*guardian_command(), str(root)], capture_output=True, text=True,
+                             timeout=30)
+    assert by_hand.returncode == 2 and "too broad" in by_hand.stderr
 
 
 async def test_operator_may_allow_a_broad_workspace(
