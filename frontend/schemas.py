@@ -34,6 +34,8 @@ from tether.protocol.limits import (
 from tether.protocol.text import CleanText
 
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
+#: ``catalog_cursor`` of list/observe/wait: the catalog's change sequence at that moment.
+CatalogCursor = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 #: Every path, command and text is refused (never altered) when it holds NUL, a lone
 #: surrogate or invalid UTF-8; every integer has a range (nothing overflows the wire).
 WorkspaceRoot = Annotated[CleanText, Field(description="absolute path of the workspace")]
@@ -187,7 +189,8 @@ WaitEvent = Literal[
 class WaitAction(ToolArgs):
     type: Literal["wait"]
     execution_ids: list[Id] = Field(min_length=1, max_length=MAX_WAIT_IDS)
-    after: str | None = None
+    #: A wait's ``cursor``, or the ``catalog_cursor`` that list/observe/wait return.
+    after: CatalogCursor | str | None = None
     timeout_seconds: float = Field(default=5, ge=0, le=MAX_OBSERVE_WAIT_MS // 1000)
     events: list[WaitEvent] | None = None
 
@@ -230,4 +233,9 @@ class AgentArgs(ToolArgs):
     page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
     cursor: str | None = None
     events: list[WaitEvent] | None = None
-    after: str | None = None
+    after: CatalogCursor | str | None = None
+
+
+def wire_cursor(after: int | str | None) -> str | None:
+    """A wait baseline as the guardian takes it: a catalog cursor travels as its digits."""
+    return str(after) if isinstance(after, int) else after

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
 import zmq
@@ -32,13 +33,23 @@ async def test_front_end_killed_mid_output_loses_nothing(tether_env: Config, wor
     loop = await run(first, session,
                      "for i in $(seq 1 50); do echo line$i; sleep 0.05; done", wait=0.4)
     assert loop["status"] == "running"
+    # The client keeps a catalog cursor, as a reattaching client would: the exit may well
+    # happen while no front-end is alive, and a wait after that cursor must still see it.
+    listed = await execution(first, session, {"type": "list", "limit": 1})
+    baseline = listed["data"]["catalog_cursor"]
     await kill_front_end(first, tether_env)
 
     async with Client(stdio_params()) as second:
         again = await initialize(second, workspace, session["thread_id"])
+        # Let the exit happen before this front-end asks: the cursor must still reveal it.
+        with anyio.fail_after(15):
+            while (await execution(second, again, {"type": "get",
+                                                    "execution_id": loop["execution_id"]})
+                   )["data"]["execution"]["status"] == "running":
+                await anyio.sleep(0.05)
         waited = await execution(second, again, {
             "type": "wait", "execution_ids": [loop["execution_id"]], "events": ["exited"],
-            "timeout_seconds": 15})
+            "after": baseline, "timeout_seconds": 15})
         assert waited["data"]["outcome"] == "changed"
         assert waited["data"]["changed"][0]["exit_code"] == 0
         text = "".join(p["text"] for p in await read_pages(second, again, loop["execution_id"]))

@@ -12,7 +12,7 @@ import mcp_types as types
 
 from tether.frontend import results
 from tether.frontend.modes import Guard, check_agent_action, send_checked
-from tether.frontend.schemas import AgentArgs
+from tether.frontend.schemas import AgentArgs, wire_cursor
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
@@ -79,7 +79,7 @@ class AgentTool(Tool):
         timeout_ms = int(args.timeout_seconds * 1000)
         if args.action == "wait" and args.prompt_id is None:
             data = await call(root, "exec.wait", {
-                **scope, "execution_ids": [target], "after": args.after, "events": args.events,
+                **scope, "execution_ids": [target], "after": wire_cursor(args.after), "events": args.events,
                 "timeout_ms": timeout_ms}, timeout_s=args.timeout_seconds + RPC_SLACK_S)
             for item in data["changed"]:
                 item["recognition"] = await recognition(item["execution_id"])

@@ -15,6 +15,7 @@ from tether.frontend.schemas import (
     ObserveAction,
     ReadAction,
     WaitAction,
+    wire_cursor,
 )
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode
@@ -83,7 +84,7 @@ class ExecutionTool(Tool):
         timeout_ms = int(action.timeout_seconds * 1000)
         data = await call(
             root, "exec.wait",
-            {**scope, "execution_ids": action.execution_ids, "after": action.after,
+            {**scope, "execution_ids": action.execution_ids, "after": wire_cursor(action.after),
              "timeout_ms": timeout_ms, "events": action.events},
             timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
         )

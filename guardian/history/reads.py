@@ -243,7 +243,7 @@ class History:
         loop = asyncio.get_running_loop()
         budget = params.timeout_ms / 1000
         deadline = loop.time() + (budget if budget > 0 else ZERO_TIMEOUT_BUDGET_S)
-        baseline = self.signer.verify(params.after, scope) if params.after else self._baseline(ids)
+        baseline = self._wait_baseline(params.after, scope, ids)
         while True:
             outcome = self._changes(params, ids, baseline, events)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
@@ -258,6 +258,22 @@ class History:
             "changed": changed,
             "cursor": self.signer.sign(scope, self._baseline(ids)),
         }
+
+    def _wait_baseline(self, after: str | None, scope: dict[str, str], ids: list[str]) -> dict[str, Any]:
+        """Where a wait starts: now, a wait cursor, or a catalog cursor (list/observe/wait).
+
+        A catalog cursor lets a client that kept one across a crash see what changed while no
+        front-end was there: every record persisted after that sequence counts as changed.
+        """
+        if not after:
+            return self._baseline(ids)
+        if after.isdigit():
+            seq = int(after)
+            if seq > self._catalog.change_seq():
+                raise TetherError(ErrorCode.INVALID_CURSOR,
+                                  "catalog cursor is ahead of this catalog; call list again")
+            return {"seq": seq}
+        return self.signer.verify(after, scope)
 
     def _baseline(self, ids: list[str]) -> dict[str, Any]:
         records = self._catalog.get_executions(ids)
