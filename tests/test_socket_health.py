@@ -77,6 +77,10 @@ async def test_stopped_guardian_is_unresponsive_not_a_failed_start(
             assert listed["code"] == "guardian_unresponsive", listed
             assert listed["data"]["process_status"] == "stopped"
             assert f"kill -CONT {pid}" in listed["message"]
+            status_call = await call_error(first, "Initialize", {
+                "type": "status", "workspace_root": str(workspace),
+                "thread_id": session["thread_id"]})
+            assert status_call["code"] == "guardian_unresponsive", status_call
             async with Client(build_server(tether_env)) as fresh:
                 refused = await call_error(fresh, "BashCommand", {
                     "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
@@ -125,3 +129,13 @@ async def test_guardians_stop_by_identity_when_it_does_not_answer(
         # (hung up: it exited, or its end was not seen within the grace period)
         assert record["status"] in ("exited", "unknown")
         assert record["reason"] != "guardian_lost"  # finalised by the guardian, not reconciled
+    # restart too: the silent guardian is stopped by identity, and a new one answers.
+    second = again["guardian"]
+    os.kill(second["pid"], signal.SIGSTOP)
+    restarted = tether("guardians", "restart", "--workspace", str(workspace), "--yes")
+    assert restarted.returncode == 0, restarted.stderr
+    assert "SIGTERM" in restarted.stdout and "started guardian" in restarted.stdout
+    poll(lambda: not psutil.pid_exists(second["pid"])
+         or psutil.Process(second["pid"]).status() == psutil.STATUS_ZOMBIE, what="old guardian exit")
+    fresh = json.loads(tether("guardians", "status", "--workspace", str(workspace)).stdout)
+    assert fresh["answering"] is True and fresh["instance_id"] != second["instance_id"]

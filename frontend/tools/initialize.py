@@ -9,14 +9,17 @@ import mcp_types as types
 from tether.frontend import results
 from tether.frontend.authority import BASH
 from tether.frontend.guardians import GuardianHandle
+from tether.frontend.health import unresponsive
 from tether.frontend.modes import set_thread_mode, thread_mode
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
+from tether.protocol.transport import REPLY_GRACE_S
 
 #: Opening a thread may start its guardian and its shell: more than an ordinary call.
 THREAD_OPEN_TIMEOUT_S = 15.0
+STATUS_TIMEOUT_S = 5.0
 
 
 class InitializeTool(Tool):
@@ -126,10 +129,17 @@ async def _status(session: Session, root: str, thread_id: str | None,
     if thread_id is None:
         return {}
     if handle is not None:
-        result: dict[str, Any] = await handle.call(
-            "thread.open", {"principal": session.principal, "workspace_root": root,
-                            "thread_id": thread_id, "read_only": True},
-            timeout_s=THREAD_OPEN_TIMEOUT_S)
+        try:
+            result: dict[str, Any] = await handle.call(
+                "thread.open", {"principal": session.principal, "workspace_root": root,
+                                "thread_id": thread_id, "read_only": True},
+                timeout_s=STATUS_TIMEOUT_S)
+        except TetherError as err:
+            if err.code == ErrorCode.GUARDIAN_UNAVAILABLE:
+                # Alive a moment ago, silent now: say so (and, being read-only, start nothing).
+                raise unresponsive(handle.paths, handle.info, root,
+                                   waited_s=STATUS_TIMEOUT_S + REPLY_GRACE_S) from None
+            raise
         return result
     row = session.locator.known_thread(root, thread_id)
     if row is None:
