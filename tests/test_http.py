@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -233,6 +234,16 @@ def test_bad_principals_files_are_refused_at_start(tether_env: Config, tmp_path:
     assert done.returncode == 2, done
     assert rule in done.stderr and str(path) in done.stderr, done.stderr
     assert ALICE not in done.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_principals_file_of_another_user_is_refused(tether_env: Config, principals: Path) -> None:
+    os.chown(principals, 65534, 65534)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tether")), "serve", "--http", "--port", "0",
+         "--principals", str(principals)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and "owned by uid 65534, not by you" in done.stderr, done.stderr
 
 
 def test_a_remote_host_needs_a_flag_and_says_so(tether_env: Config, principals: Path) -> None:
