@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 
+from tether.frontend.authority import PROFILES, Caller, tools_for
 from tether.frontend.server import build_server
 from tether.frontend.stdio import stdio_transport
 from tether.protocol.errors import TetherError
@@ -21,6 +22,11 @@ from tether.shared.config import Config
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether serve", description="Run the MCP server.")
     parser.add_argument("--log-level", default="WARNING", help="stderr log level")
+    local = parser.add_argument_group("the local principal (stdio)")
+    local.add_argument("--profile", default="full", choices=sorted(PROFILES),
+                       help="tools listed and callable (default full)")
+    local.add_argument("--allow-tool", action="append", default=None, metavar="TOOL",
+                       help="exactly these tools (repeatable; Agent alone observes)")
     http = parser.add_argument_group("streamable HTTP (instead of stdio)")
     http.add_argument("--http", action="store_true", help="serve MCP over streamable HTTP at /mcp")
     http.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -41,15 +47,21 @@ def main(argv: list[str] | None = None) -> int:
                                           ("--allowed-host", args.allowed_host)) if given]
         if extra:
             parser.error(f"{', '.join(extra)} need --http")
-        return _serve_stdio()
+        try:
+            caller = Caller("local", args.profile, tools_for(args.profile, args.allow_tool))
+        except ValueError as exc:
+            parser.error(str(exc))
+        return _serve_stdio(caller)
     if args.principals is None:
         parser.error("--http needs --principals FILE (who may connect, with which token)")
+    if args.allow_tool is not None or args.profile != "full":
+        parser.error("over --http each principal's profile comes from the principals file")
     return _serve_http(args)
 
 
-def _serve_stdio() -> int:
+def _serve_stdio(caller: Caller) -> int:
     try:
-        server = build_server(Config.from_env())
+        server = build_server(Config.from_env(), local=caller)
     except (ValueError, TetherError) as exc:
         print(f"tether serve: {exc}", file=sys.stderr)
         return 2

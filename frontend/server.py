@@ -39,15 +39,16 @@ def build_server(
     principal: str = "local",
     *,
     callers: CallerResolver | None = None,
+    local: Caller = LOCAL,
 ) -> Server[Any]:
     """An MCP server whose tools talk to this machine's guardians.
 
-    Over stdio every request is ``principal`` (``local``, with every tool). Over HTTP,
+    Over stdio every request is ``principal`` (``local``, with the tools of ``local``). Over HTTP,
     ``callers`` names the principal of each request; a request it cannot name is refused.
     Each principal gets its own guardian locator: guardians are keyed by principal (R2, R28).
     """
     config = config or Config.from_env()
-    fixed = LOCAL if principal == "local" else Caller(principal, "full", PROFILES["full"])
+    fixed = local if principal == "local" else Caller(principal, "full", PROFILES["full"])
     resolve: CallerResolver = callers or (lambda ctx: fixed)
     locators: dict[str, GuardianLocator] = {}
     known_modes = KnownModes()  # keyed by principal too: no principal sees another's

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from mcp import Client
+
+from tests.conftest import stdio_params
+from tests.mcp_helpers import call_error, initialize
 from tether.frontend.authority import (
     LOCAL,
     Caller,
@@ -13,6 +18,7 @@ from tether.frontend.authority import (
 )
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
+from tether.shared.config import Config
 
 ARCHITECT = ModeSpec(name="architect")
 WCGW = ModeSpec()
@@ -67,3 +73,22 @@ def test_agent_actions_are_classified(action: str, kind: str) -> None:
     assert restricted.value.code == ErrorCode.MODE_DENIED
     assert restricted.value.data == {"mode": "architect", "action": action,
                                      "rule": "agent_input_needs_wcgw", "input_sent": False}
+
+
+@pytest.mark.anyio
+async def test_stdio_profile_flags_limit_the_local_principal(tether_env: Config,
+                                                              workspace: Path) -> None:
+    params = stdio_params()
+    params = params.model_copy(update={"args": [*params.args, "--profile", "read-only",
+                                                "--allow-tool", "Execution",
+                                                "--allow-tool", "Agent"]})
+    async with Client(params) as client:
+        assert sorted(t.name for t in (await client.list_tools()).tools) == [
+            "Agent", "Execution", "Initialize"]
+        session = await initialize(client, workspace)
+        assert (session["principal"], session["profile"]) == ("local", "read-only")
+        err = await call_error(client, "BashCommand", {
+            "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+            "action_json": {"type": "command", "command": "touch nope"}})
+        assert err["code"] == "tool_denied"
+    assert not (workspace / "nope").exists()

@@ -131,10 +131,14 @@ async def test_a_bad_token_is_401_and_runs_nothing(tether_env: Config, principal
 async def test_host_and_origin_are_checked(tether_env: Config, principals: Path) -> None:
     headers = {"Accept": "application/json, text/event-stream",
                "Authorization": f"Bearer {ALICE}"}
-    with http_server(principals) as url:
+    with http_server(principals, "--allowed-host", "tether.test") as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
         async with httpx2.AsyncClient() as raw:
             ok = await raw.post(url, json=INIT_REQUEST, headers=headers)
             assert ok.status_code == 200, ok.text
+            named = await raw.post(url, json=INIT_REQUEST, headers={
+                **headers, "Host": f"tether.test:{port}", "Origin": f"https://tether.test:{port}"})
+            assert named.status_code == 200, named.text
             rebound = await raw.post(url, json=INIT_REQUEST,
                                      headers={**headers, "Host": "evil.example:80"})
             assert rebound.status_code == 421
