@@ -320,26 +320,29 @@ async def restart_to_first_call(workspace: Path, rounds: int = 5) -> tuple[list[
     return samples, baseline
 
 
-async def _echo_samples(client: Client, workspace: Path, rounds: int) -> list[float]:
-    """`echo hi` through BashCommand on a warm shell, one sample per call."""
+async def _echo_call(client: Client, workspace: Path) -> Any:
+    """A warmed-up `echo hi` BashCommand on ``client``: returns a coroutine factory."""
     session = await _session(client, workspace)
     args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
             "action_json": {"type": "command", "command": "echo hi"}}
-    for _ in range(3):  # warm the shell and the connection
-        await client.call_tool("BashCommand", args)
-    samples = []
-    for _ in range(rounds):
+
+    async def one() -> float:
         start = time.perf_counter()
         result = await client.call_tool("BashCommand", args)
-        samples.append(time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
         assert result.structured_content and result.structured_content["data"]["exit_code"] == 0
-    return samples
+        return elapsed
+
+    for _ in range(3):  # warm the shell and the connection
+        await one()
+    return one
 
 
 async def http_and_stdio_echo(rounds: int, workspace: Path, base: Path
                               ) -> tuple[list[float], list[float]]:
     """BashCommand `echo hi` through a real `tether serve --http` (SDK streamable HTTP client,
-    bearer token) and, as its baseline in the same run, through `tether serve` over stdio."""
+    bearer token) and, as its baseline, through `tether serve` over stdio: the two calls
+    alternate, so that the load of a shared machine weighs on both alike."""
     import re
     import secrets
 
@@ -356,6 +359,8 @@ async def http_and_stdio_echo(rounds: int, workspace: Path, base: Path
     with log.open("wb") as err:
         server = subprocess.Popen([tether, "serve", "--http", "--port", "0", "--principals",
                                    str(principals)], stdin=subprocess.DEVNULL, stderr=err)
+    over_http: list[float] = []
+    over_stdio: list[float] = []
     try:
         deadline = time.monotonic() + 30
         while not (found := re.search(r"at (http://\S+/mcp)", log.read_text())):
@@ -363,14 +368,17 @@ async def http_and_stdio_echo(rounds: int, workspace: Path, base: Path
                 raise RuntimeError(f"tether serve --http did not start: {log.read_text()}")
             await asyncio.sleep(0.05)
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
-        async with Client(streamable_http_client(found.group(1), http_client=http)) as client:
-            over_http = await _echo_samples(client, workspace, rounds)
+        stdio = StdioServerParameters(command=tether, args=["serve"], env=dict(os.environ))
+        async with Client(streamable_http_client(found.group(1), http_client=http)) as on_http, \
+                Client(stdio) as on_stdio:
+            http_echo = await _echo_call(on_http, workspace)
+            stdio_echo = await _echo_call(on_stdio, workspace)
+            for _ in range(rounds):
+                over_http.append(await http_echo())
+                over_stdio.append(await stdio_echo())
     finally:
         server.terminate()
         server.wait(timeout=10)
-    params = StdioServerParameters(command=tether, args=["serve"], env=dict(os.environ))
-    async with Client(params) as client:
-        over_stdio = await _echo_samples(client, workspace, rounds)
     return over_http, over_stdio
 
 
