@@ -3,6 +3,12 @@
 Request/response only. The client matches replies to requests by id, so several tool calls
 can share one socket. Waiting is a request with a deadline that the guardian answers when
 something changes; there is no PUB/SUB on the critical path.
+
+Both ends drive plain (non-``zmq.asyncio``) sockets from the event loop: the socket's
+notification fd is registered with ``add_reader`` and drained with non-blocking calls. That
+costs no future, task or poller per message, which is most of what separates a round trip
+from a bare pyzmq echo. The fd is edge-triggered, so after every send the socket is checked
+for input again (a send can consume the edge of a reply that is already queued).
 """
 
 from __future__ import annotations
@@ -13,11 +19,10 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, cast
 
 import zmq
-import zmq.asyncio
 
 from tether.protocol import codec
 from tether.protocol.envelope import Request, parse_response
@@ -50,21 +55,22 @@ class GuardianClient:
         *,
         version: Version,
         instance_id: str | None = None,
-        context: zmq.asyncio.Context | None = None,
+        context: zmq.Context[Any] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.auth = auth
         self.version = version
         self.instance_id = instance_id
-        self._ctx = context or zmq.asyncio.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
+        self._ctx = context or zmq.Context.instance()
+        self._sock: zmq.Socket[Any] = zmq.Socket(self._ctx, zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.IMMEDIATE, 1)
         self._sock.connect(endpoint)
+        self._fd = cast(int, self._sock.getsockopt(zmq.FD))
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._ids = itertools.count(1)
         self._prefix = os.urandom(6).hex()
-        self._reader: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
@@ -100,51 +106,58 @@ class GuardianClient:
                 f"request of {len(frame)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte message limit",
                 {"input_sent": False},
             )
-        self._ensure_reader()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = self._attach()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending[rid] = future
+        # One timer instead of a timeout context: it fails the future, nothing is cancelled.
+        timer = loop.call_later(timeout_s + REPLY_GRACE_S, _expire, future, method,
+                                timeout_s + REPLY_GRACE_S)
         try:
-            # IMMEDIATE=1: nothing is queued unless a guardian is connected. Try at once (the
-            # common case); only when that fails wait briefly for the connection to complete,
-            # instead of queueing for whoever binds later.
+            await self._send(frame, timeout_s)
+            return await future
+        finally:
+            timer.cancel()
+            self._pending.pop(rid, None)
+
+    async def _send(self, frame: bytes, timeout_s: float) -> None:
+        # IMMEDIATE=1: nothing is queued unless a guardian is connected. Try at once (the
+        # common case); only when that fails wait briefly for the connection to complete,
+        # instead of queueing for whoever binds later.
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + min(timeout_s, 2.0)
+        while True:
             try:
-                await self._sock.send(frame, flags=zmq.NOBLOCK)
+                self._sock.send(frame, flags=zmq.NOBLOCK)
+                break
             except zmq.Again:
-                poll_ms = int(min(timeout_s, 2.0) * 1000) + 1
-                if not await self._sock.poll(poll_ms, zmq.POLLOUT):  # type: ignore[call-arg]
+                if loop.time() >= give_up:
                     raise TetherError(
                         ErrorCode.GUARDIAN_UNAVAILABLE,
                         f"no guardian is listening on {self.endpoint}",
                         {"input_sent": False},
                     ) from None
-                await self._sock.send(frame, flags=zmq.NOBLOCK)
-            try:
-                async with asyncio.timeout(timeout_s + REPLY_GRACE_S):  # no extra task
-                    return await future
-            except TimeoutError:
-                raise TetherError(
-                    ErrorCode.GUARDIAN_UNAVAILABLE,
-                    f"guardian did not answer {method} within {timeout_s + REPLY_GRACE_S:.1f}s",
-                    {"input_sent": "unknown"},
-                ) from None
-        except zmq.Again:
-            raise TetherError(
-                ErrorCode.GUARDIAN_UNAVAILABLE,
-                f"no guardian is listening on {self.endpoint}",
-                {"input_sent": False},
-            ) from None
-        finally:
-            self._pending.pop(rid, None)
+                await asyncio.sleep(0.005)  # rare: the connection is still being set up
+        self._drain()  # the send may have taken the edge of a reply already queued
 
-    def _ensure_reader(self) -> None:
-        if self._reader is None or self._reader.done():
-            self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+    def _attach(self) -> asyncio.AbstractEventLoop:
+        """Watch the socket from the running loop (again, when called from a new loop)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._fd)
+            loop.add_reader(self._fd, self._drain)
+            self._loop = loop
+        return loop
 
-    async def _read_loop(self) -> None:
+    def _drain(self) -> None:
+        """Take every queued reply and resolve its caller's future."""
+        sock = self._sock
         while not self._closed:
             try:
-                frame = await self._sock.recv()
-            except (zmq.ZMQError, asyncio.CancelledError):
+                if not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                    return
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.ZMQError:
                 return
             try:
                 response = parse_response(codec.decode(frame))
@@ -165,8 +178,8 @@ class GuardianClient:
         if self._closed:
             return
         self._closed = True
-        if self._reader is not None:
-            self._reader.cancel()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._fd)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(
@@ -175,26 +188,44 @@ class GuardianClient:
         self._sock.close(linger=0)
 
 
-Handler = Callable[[bytes], Awaitable[bytes | None]]
+def _expire(future: asyncio.Future[Any], method: str, waited_s: float) -> None:
+    if not future.done():
+        future.set_exception(TetherError(
+            ErrorCode.GUARDIAN_UNAVAILABLE,
+            f"guardian did not answer {method} within {waited_s:.1f}s",
+            {"input_sent": "unknown"},
+        ))
+
+
+Handler = Callable[[bytes], Coroutine[Any, Any, bytes | None]]
 
 
 class RouterServer:
     """The guardian's ROUTER socket: receive frames, hand them to ``handler``, send replies.
 
-    Each request is handled in its own task so a long wait never blocks other requests.
+    A handler starts at once, inside the socket's reader callback, and runs until it first
+    suspends: a quick method (``hello``, ``exec.get``) is answered there and then, with no
+    task. Only a handler that actually waits (a command, a long poll) continues in a task of
+    its own, so a long wait never blocks other requests. The first step therefore runs
+    outside any task: handlers must not enter ``asyncio.timeout()`` before their first await.
+
     A handler returning ``None`` means "drop, no reply". Replies to peers that went away
     are dropped (``ROUTER_MANDATORY`` turns a silent drop into an error we can log).
     """
 
-    def __init__(self, endpoint: str, handler: Handler, context: zmq.asyncio.Context) -> None:
+    def __init__(self, endpoint: str, handler: Handler, context: zmq.Context[Any]) -> None:
         self.endpoint = endpoint
         self._handler = handler
-        self._sock = context.socket(zmq.ROUTER)
+        self._sock: zmq.Socket[Any] = zmq.Socket(context, zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self._fd = cast(int, self._sock.getsockopt(zmq.FD))
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._recheck_scheduled = False
+        self._closed = False
 
     def bind(self) -> None:
         """Bind the endpoint. Call only while holding the guardian lock (R2)."""
@@ -210,28 +241,103 @@ class RouterServer:
 
     async def serve(self) -> None:
         """Serve until cancelled."""
-        while True:
-            frames = await self._sock.recv_multipart()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        loop.add_reader(self._fd, self._drain)
+        try:
+            self._drain()  # edge-triggered: requests may be queued already
+            await loop.create_future()  # until cancelled
+        finally:
+            if not self._closed:
+                loop.remove_reader(self._fd)
+
+    def _drain(self) -> None:
+        sock = self._sock
+        self._recheck_scheduled = False
+        while not self._closed:
+            try:
+                if not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                    return
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError:
+                return
             if len(frames) != 2:
                 continue  # not a DEALER request: nothing sensible to answer
             identity, frame = frames
-            task = asyncio.get_running_loop().create_task(self._handle(identity, frame))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(identity, frame)
 
-    async def _handle(self, identity: bytes, frame: bytes) -> None:
+    def _start(self, identity: bytes, frame: bytes) -> None:
+        coro = self._handler(frame)
         try:
-            reply = await self._handler(frame)
+            first = coro.send(None)
+        except StopIteration as done:
+            self._reply(identity, done.value)
+            return
         except Exception:  # the handler reports its own errors; this is a last resort
             log.exception("request handler crashed")
             return
-        if reply is None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._finish(identity, coro, first))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, identity: bytes, coro: Coroutine[Any, Any, bytes | None],
+                      first: Any) -> None:
+        try:
+            reply = await _Resumed(coro, first)
+        except Exception:
+            log.exception("request handler crashed")
+            return
+        self._reply(identity, reply)
+        if not self._recheck_scheduled and self._loop is not None:
+            # A send from outside the reader callback may have taken a request's edge.
+            self._recheck_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _reply(self, identity: bytes, reply: bytes | None) -> None:
+        if reply is None or self._closed:
             return
         with contextlib.suppress(zmq.ZMQError):
-            await self._sock.send_multipart([identity, reply], flags=zmq.NOBLOCK)
+            self._sock.send_multipart([identity, reply], flags=zmq.NOBLOCK)
 
     def close(self) -> None:
         """Stop answering and close the socket."""
         for task in list(self._tasks):
             task.cancel()
+        if self._loop is not None and not self._loop.is_closed() and not self._closed:
+            self._loop.remove_reader(self._fd)
+        self._closed = True
         self._sock.close(linger=0)
+
+
+class _Resumed:
+    """Await a coroutine that already ran its first step and yielded ``first``.
+
+    What ``yield from`` would do: every value the coroutine yields goes up to the task that
+    awaits this object, and whatever the task sends or throws goes back down.
+    """
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, bytes | None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, bytes | None]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]

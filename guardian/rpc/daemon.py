@@ -20,7 +20,6 @@ from typing import Any
 
 import filelock
 import zmq
-import zmq.asyncio
 
 from tether.guardian.rpc.service import GuardianService
 from tether.guardian.runtime.assembly import Runtime
@@ -123,7 +122,7 @@ class Guardian:
             on_activity=self._touch,
             on_shutdown=self.request_stop,
         )
-        context = zmq.asyncio.Context()
+        context: zmq.Context[Any] = zmq.Context()
         server = RouterServer(self.paths.endpoint, service.handle_frame, context)
         self.paths.socket.unlink(missing_ok=True)  # left by a crashed predecessor; we hold the lock
         server.bind()
