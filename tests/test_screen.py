@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -502,3 +503,57 @@ def test_any_split_and_any_skip_give_the_same_screen(pieces: list[bytes], cuts: 
     assert snapshot_of(split.screen) == snapshot_of(whole.screen)
     assert _hidden_state(split.screen) == _hidden_state(whole.screen)
     _assert_same(lazy, whole)
+
+
+# -- catching up off the event loop ---------------------------------------------------------
+
+
+def _frames(count: int, cols: int = 120, rows: int = 40) -> bytes:
+    """Full-screen redraws by cursor addressing: no skip rule applies to any byte."""
+    return b"".join(
+        b"".join(b"\x1b[%d;1H\x1b[3%dm%s\x1b[0m" % (row, row % 8, (b"f%d r%d " % (n, row) * 20)[: cols - 1])
+                 for row in range(1, rows + 1))
+        for n in range(count)
+    )
+
+
+def test_a_big_catch_up_on_a_loop_is_a_job_in_slices_with_flow_control() -> None:
+    data = _frames(120)  # about 700 kB
+    reference = VTParser(HardenedScreen(120, 40))
+    reference.feed(data)
+
+    async def main() -> tuple[list[bool], int, ScreenSnapshot]:
+        flows: list[bool] = []
+        screen = TerminalScreen(120, 40, flow=flows.append)
+        screen.compact_at = 100_000
+        backlog_after_feeding = 0
+        for start in range(0, len(data), 64 * 1024):
+            screen.feed(data[start : start + 64 * 1024])
+            backlog_after_feeding = max(backlog_after_feeding, screen.backlog)
+            await asyncio.sleep(0)  # as the PTY reader does: one chunk per loop iteration
+        snap = await screen.snapshot_async()
+        assert screen.backlog == 0
+        return flows, backlog_after_feeding, snap
+
+    flows, backlog, snap = asyncio.run(main())
+    assert backlog > TerminalScreen.compact_at // 100  # feed() left the work to the driver
+    assert snap == snapshot_of(reference.screen)
+    assert flows and flows[0] is False and flows[-1] is True  # paused, then resumed
+    assert flows == [flag for pair in zip(flows[::2], flows[1::2], strict=False) for flag in pair]
+
+
+def test_a_query_behind_a_running_job_is_answered_in_order() -> None:
+    replies: list[bytes] = []
+    reference_replies: list[bytes] = []
+    data = _frames(40) + b"\x1b[7;9H\x1b[6n" + _frames(3) + b"\x1b[2;3H\x1b[6n"
+    VTParser(HardenedScreen(120, 40, reference_replies.append)).feed(data)
+
+    async def main() -> None:
+        screen = TerminalScreen(120, 40, respond=replies.append)
+        screen.compact_at = 50_000
+        for start in range(0, len(data), 4096):
+            screen.feed(data[start : start + 4096])
+        await screen.snapshot_async()
+
+    asyncio.run(main())
+    assert replies == reference_replies == [b"\x1b[7;9R", b"\x1b[2;3R"]

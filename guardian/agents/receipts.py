@@ -23,7 +23,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.recognize import ScreenView, UnknownRecognizerError, recognize
-from tether.guardian.agents.turns import READY_STATES, recognize_record
+from tether.guardian.agents.turns import READY_STATES, recognize_record, refresh
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PROMPT_BYTES
@@ -49,7 +49,7 @@ ENTER_QUIET_S = 0.15
 
 
 def _screen_digest(live: LiveExecution) -> str:
-    return hashlib.sha256(live.screen.snapshot().text.encode()).hexdigest()[:16]
+    return hashlib.sha256(live.screen.snapshot_now().text.encode()).hexdigest()[:16]
 
 
 class PromptDesk:
@@ -109,6 +109,7 @@ class PromptDesk:
                     f"{MAX_RECEIPTS_PER_GENERATION} prompt receipts; nothing was typed",
                     {"input_sent": False, "limit": MAX_RECEIPTS_PER_GENERATION},
                 )
+            await refresh(live)
             decision, _ = recognize_record(record, live, params.recognizer)
             if decision.state != "awaiting_input":
                 raise TetherError(
@@ -217,6 +218,7 @@ class PromptDesk:
         deadline = loop.time() + timeout_s
         baseline = receipt["baseline"]
         while True:
+            await refresh(live)
             decision, _ = recognize_record(record, live, receipt["recognizer"])
             changed = (live.activity_seq > baseline["output_activity_seq"]
                        and _screen_digest(live) != baseline["screen_sha256"])

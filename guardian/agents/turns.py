@@ -22,9 +22,12 @@ READY_STATES = frozenset({"awaiting_input", "awaiting_approval"})
 def recognize_record(
     record: dict[str, Any], live: LiveExecution | None, recognizer: str = "auto"
 ) -> tuple[Recognition, dict[str, Any]]:
-    """Recognition of an execution's current screen (live) or last screen, plus metadata."""
+    """Recognition of an execution's current screen (live) or last screen, plus metadata.
+
+    Synchronous and never stalling: with a large backlog it looks at the last snapshot
+    taken, so async callers ``await live.screen.snapshot_async()`` first."""
     if live is not None:
-        snap = live.screen.snapshot()
+        snap = live.screen.snapshot_now()
         view = ScreenView(lines=snap.lines, title=snap.title)
         source = "live_screen"
     else:
@@ -41,6 +44,12 @@ def recognize_record(
         "execution_status": record["status"],
     }
     return decision, observation
+
+
+async def refresh(live: LiveExecution | None) -> None:
+    """Bring a live screen up to date without stalling the loop (then recognize it)."""
+    if live is not None:
+        await live.screen.snapshot_async()
 
 
 class Turns:
@@ -61,9 +70,9 @@ class Turns:
         """The whole recognition decision: recognizer, state, rule, priority, reason."""
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
-        decision, observation = recognize_record(
-            record, self._live.get(params.execution_id), params.recognizer
-        )
+        live = self._live.get(params.execution_id)
+        await refresh(live)
+        decision, observation = recognize_record(record, live, params.recognizer)
         return {"execution_id": params.execution_id, "recognition": decision.to_dict(),
                 "observation": observation}
 
@@ -78,6 +87,7 @@ class Turns:
         quiet_s = params.quiet_ms / 1000
         outcome = "timeout"
         while True:
+            await refresh(live)
             decision, _ = recognize_record(record, live, params.recognizer)
             if live is None or live.done.is_set():
                 outcome = "exited"
@@ -89,6 +99,7 @@ class Turns:
                 while live.activity_seq == seen and loop.time() < quiet_until:
                     await self._notifier.wait(quiet_until - loop.time())
                 if live.activity_seq == seen and loop.time() >= quiet_until and quiet_until <= deadline:
+                    await refresh(live)
                     decision, _ = recognize_record(record, live, params.recognizer)
                     if decision.state in READY_STATES:
                         outcome = "turn_ready"

@@ -49,7 +49,7 @@ class Inspector:
                 # Looking must not start a shell (a new generation): report that none runs.
                 return {"execution_id": None, "live": False, "shell_running": False,
                         "text": "", "lines": [], "cursor": None}
-            snap = shell.screen.snapshot()
+            snap = await shell.screen.snapshot_async()
             execution_id = shell.current.execution_id if shell.current else None
         else:
             record = self._scope.record_for(params, params.execution_id)
@@ -62,7 +62,7 @@ class Inspector:
                     lines = lines[-params.lines :]
                 return {"execution_id": execution_id, "live": False, "text": "\n".join(lines),
                         "lines": lines, "cursor": None}
-            snap = live.screen.snapshot()
+            snap = await live.screen.snapshot_async()
         lines = list(snap.lines)
         if params.lines:
             lines = _tail_lines(lines, params.lines)
@@ -120,7 +120,7 @@ class Inspector:
 
     def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
         """The detection snapshot: the recognition decision and the screen it looked at."""
-        screen = live.screen.snapshot().text if live else str(record.get("screen_text") or "")
+        screen = live.screen.snapshot_now().text if live else str(record.get("screen_text") or "")
         decision, observation = recognize_record(record, live)
         return json.dumps({"recognition": decision.to_dict(), "observation": observation,
                            "screen": screen}, ensure_ascii=False)

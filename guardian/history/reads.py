@@ -102,6 +102,9 @@ class History:
     async def read(self, request: Request, params: ExecReadParams) -> dict[str, Any]:
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
+        live = self._live.get(params.execution_id)
+        if live is not None and params.source != "output":
+            await live.screen.snapshot_async()  # the page below then reads it without stalling
         page = self._page(params, record, params.source, params.page_bytes, params.cursor)
         return {**page, "execution": self._live.view(record)}
 
@@ -142,7 +145,7 @@ class History:
         live = self._live.get(record["execution_id"])
         if source == "screen":
             if live is not None:
-                return live.screen.snapshot().text
+                return live.screen.snapshot_now().text
             return str(record.get("screen_text") or "")
         return self.inspector.detection_for(record, live)
 
@@ -190,7 +193,7 @@ class History:
             live = self._live.get(item.execution_id)
             if live is not None and live.thread_id == params.thread_id:
                 try:
-                    live.screen.snapshot()
+                    await live.screen.snapshot_async()
                 except Exception as exc:  # a broken emulator must not sink the siblings
                     out["errors"].append(
                         {"stage": "refresh", "code": ErrorCode.INTERNAL.value, "message": str(exc)}
@@ -244,7 +247,10 @@ class History:
         budget = params.timeout_ms / 1000
         deadline = loop.time() + (budget if budget > 0 else ZERO_TIMEOUT_BUDGET_S)
         baseline = self._wait_baseline(params.after, scope, ids)
+        recognizing = bool(events & _RECOGNIZER_EVENTS)
         while True:
+            if recognizing:
+                await self._refresh(ids)  # recognition below then reads fresh screens
             outcome = self._changes(params, ids, baseline, events)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
@@ -274,6 +280,12 @@ class History:
                                   "catalog cursor is ahead of this catalog; call list again")
             return {"seq": seq}
         return self.signer.verify(after, scope)
+
+    async def _refresh(self, ids: list[str]) -> None:
+        for execution_id in ids:
+            live = self._live.get(execution_id)
+            if live is not None:
+                await live.screen.snapshot_async()
 
     def _baseline(self, ids: list[str]) -> dict[str, Any]:
         records = self._catalog.get_executions(ids)

@@ -74,6 +74,8 @@ class PtyRuntime:
         self.exit_status: ExitStatus | None = None
         # The one input lock of this terminal (see claim_input); None when nobody types.
         self._input_claim: object | None = None
+        self._reading = True  # not paused by flow control
+        self._eof = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -126,8 +128,21 @@ class PtyRuntime:
         return True
 
     def _stop_reading(self) -> None:
+        self._eof = True
         if self._loop is not None and self._proc is not None and self._proc.fd >= 0:
             self._loop.remove_reader(self._proc.fd)
+
+    def set_reading(self, on: bool) -> None:
+        """Pause (``False``) or resume reading output: the screen's flow control. While
+        paused the program blocks on its next write once the PTY's buffer is full."""
+        proc, loop = self._proc, self._loop
+        if proc is None or loop is None or proc.fd < 0 or self._eof or on == self._reading:
+            return
+        self._reading = on
+        if on:
+            loop.add_reader(proc.fd, self._read_available)
+        else:
+            loop.remove_reader(proc.fd)
 
     def _drain(self) -> None:
         """Read everything the child wrote before it exited (NOTES: read until EOF)."""

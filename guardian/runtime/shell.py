@@ -70,6 +70,7 @@ class MainShell:
             on_output=self._on_output,
             on_exit=self._on_exit,
         )
+        self.screen.flow = self.runtime.set_reading  # emulation paces a runaway program
         self.current: LiveExecution | None = None
         self._in_command = False  # between a C and a D marker
         self._command_file: Path | None = None

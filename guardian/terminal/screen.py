@@ -8,9 +8,18 @@ what cannot change the result (see :mod:`guardian.screen_skip`).
 Two things force emulation earlier:
 
 - a query the program waits on (``ESC[6n``, ``ESC[c``, ``ESC[>c``, ``ESC[5n``): the reply must
-  come out of ``feed`` itself, with the cursor as it is at the query;
+  come out with the cursor as it is at the query;
 - the pending buffer growing past :attr:`TerminalScreen.compact_at` bytes: it is emulated
   (with the skip rules) so memory stays bounded.
+
+The guardian's event loop must never stall on emulation, which runs at only a few MB/s for
+output that no skip rule applies to (a full-screen program redrawing with cursor moves).
+So, on a running loop, large catch-ups are *jobs* run in slices of a few milliseconds by a
+driver task (:meth:`TerminalScreen.snapshot_async` waits for one). While a job runs and the
+pending buffer is full again, the owner is asked to stop reading the PTY (``flow(False)``),
+which slows the program to the emulator's pace instead of letting memory grow; reading
+resumes as soon as the job takes the pending bytes. Without a running loop (unit tests, a
+small catch-up) emulation is synchronous, exactly as before.
 
 The emulator itself is :class:`~guardian.screen_vt.HardenedScreen` driven by
 :class:`~guardian.screen_parser.VTParser`.
@@ -18,8 +27,10 @@ The emulator itself is :class:`~guardian.screen_vt.HardenedScreen` driven by
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tether.guardian.terminal import skip
@@ -31,6 +42,13 @@ _QUERY_PARAMS = b"0123456789;:>"
 # An unfinished query at a chunk's end; longer ones are malformed for the parser anyway.
 _QUERY_PREFIX = re.compile(rb"\x1b(?:\[[>0-9;:]{0,64})?")
 _QUERY_PREFIX_MAX = 2 + 64
+
+#: Bytes handed to the parser between two chances to yield: about 1-3 ms of emulation.
+_PIECE = 8192
+#: Time one slice of a job may hold the event loop before it yields.
+SLICE_S = 0.004
+#: Pending bytes that are still emulated synchronously (a query's reply, a snapshot).
+SYNC_MAX = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,29 +75,48 @@ class ScreenSnapshot:
 class TerminalScreen:
     """A lazily emulated terminal screen fed with raw PTY output."""
 
-    #: Pending bytes beyond which :meth:`feed` emulates (with skipping) to bound memory.
+    #: Pending bytes beyond which emulation starts (with skipping) to bound memory.
     compact_at = 8 << 20
     #: Granularity of the search for long line runs (see :mod:`guardian.screen_skip`).
     skip_block = 8192
 
     def __init__(
-        self, cols: int = 120, rows: int = 40, respond: Callable[[bytes], None] | None = None
+        self,
+        cols: int = 120,
+        rows: int = 40,
+        respond: Callable[[bytes], None] | None = None,
+        flow: Callable[[bool], None] | None = None,
     ) -> None:
         _check_size(cols, rows)
         self._respond = respond
-        # Replies are collected during emulation and sent once it is done, so a failing write
-        # to the PTY cannot leave the emulator half way through the pending bytes.
+        #: ``flow(False)``: stop reading the PTY for now; ``flow(True)``: read again.
+        self.flow = flow
+        # Replies are collected during emulation and sent once a job is done, so a failing
+        # write to the PTY cannot leave the emulator half way through its bytes.
         self._replies: list[bytes] = []
         self._screen = HardenedScreen(cols, rows, self._replies.append)
         self._parser = VTParser(self._screen)
         self._pending = bytearray()
+        self._protect: int | None = None  # no cut may drop pending bytes from here on
         self._carry = b""  # the end of the last chunk if it may begin a query
         self._fed = 0
+        self._job: Iterator[None] | None = None  # a catch-up in progress, one slice at a time
+        self._job_end = 0  # bytes fed when the job took its bytes
+        self._emulated = 0  # every byte fed before this offset is emulated
+        self._driver: asyncio.Task[None] | None = None
+        self._waiters: list[tuple[int, asyncio.Future[ScreenSnapshot]]] = []
+        self._paused = False
+        self._last: ScreenSnapshot | None = None
 
     @property
     def bytes_fed(self) -> int:
         """Total bytes ever passed to :meth:`feed`."""
         return self._fed
+
+    @property
+    def backlog(self) -> int:
+        """Bytes fed but not emulated yet."""
+        return self._fed - self._emulated
 
     def feed(self, data: bytes) -> None:
         """Take a chunk of PTY output. Cheap unless it holds a query or memory runs high."""
@@ -91,14 +128,43 @@ class TerminalScreen:
         self._pending += data
         if self._has_query(data):
             # Nothing before the chunk (or the carried query start) may be cut away unseen.
-            self._catch_up(protect_from=chunk_start - carried)
+            at = max(0, chunk_start - carried)
+            self._protect = at if self._protect is None else min(self._protect, at)
+            if not self._defer():
+                self._catch_up()
         elif len(self._pending) > self.compact_at:
-            self._catch_up()
+            if not self._defer():
+                self._catch_up()
+            elif not self._paused and self.flow is not None:
+                self._paused = True  # full: no more until the driver takes these bytes
+                self.flow(False)
 
     def snapshot(self) -> ScreenSnapshot:
-        """Bring emulation up to date and return the screen."""
+        """Bring emulation up to date and return the screen.
+
+        Synchronous: with a large backlog this emulates it all at once. On the guardian's
+        loop use :meth:`snapshot_async`, or :meth:`snapshot_now` after it.
+        """
         self._catch_up()
-        return snapshot_of(self._screen)
+        self._last = snapshot_of(self._screen)
+        return self._last
+
+    async def snapshot_async(self) -> ScreenSnapshot:
+        """The screen once every byte fed so far is emulated, without stalling the loop."""
+        if self._job is None and len(self._pending) <= SYNC_MAX:
+            return self.snapshot()
+        future: asyncio.Future[ScreenSnapshot] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._fed, future))
+        self._start_driver()
+        return await future
+
+    def snapshot_now(self) -> ScreenSnapshot:
+        """The screen as of now when that is cheap; otherwise (a large backlog) the last
+        snapshot taken. Never stalls: call :meth:`snapshot_async` first for an up-to-date
+        one, then this from synchronous code in the same step."""
+        if self._job is None and len(self._pending) <= SYNC_MAX:
+            return self.snapshot()
+        return self._last if self._last is not None else snapshot_of(self._screen)
 
     def resize(self, cols: int, rows: int) -> None:
         """Change the emulator's size (the caller resizes the PTY and signals the program)."""
@@ -124,10 +190,89 @@ class TerminalScreen:
 
     # -- catching up ------------------------------------------------------------------------
 
-    def _catch_up(self, protect_from: int | None = None) -> None:
-        """Emulate the pending bytes; no cut may drop bytes at or after ``protect_from``."""
-        if not self._pending:
-            return
+    def _defer(self) -> bool:
+        """Leave this catch-up to the driver? Only on a running loop, and only when it is
+        big or another job is under way (bytes must be emulated in order)."""
+        if self._job is None and len(self._pending) <= SYNC_MAX:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._start_driver()
+        return True
+
+    def _catch_up(self) -> None:
+        """Emulate everything pending now, synchronously."""
+        while self._job is not None or self._pending:
+            if self._job is None:
+                self._job = self._take_job()
+            for _ in self._job:
+                pass
+            self._job_done()
+
+    def _take_job(self) -> Iterator[None]:
+        protect, self._protect = self._protect, None
+        self._job_end = self._fed
+        job = self._emulate_pending(protect)
+        if self._paused and self.flow is not None:
+            self._paused = False  # the pending buffer is empty again
+            self.flow(True)
+        return job
+
+    def _job_done(self) -> None:
+        self._job = None
+        self._emulated = self._job_end
+        replies, self._replies[:] = self._replies[:], []
+        if self._respond is not None:
+            for reply in replies:
+                self._respond(reply)
+        if self._waiters:
+            ready = [w for w in self._waiters if w[0] <= self._emulated]
+            if ready:
+                self._waiters = [w for w in self._waiters if w[0] > self._emulated]
+                snap = self._last = snapshot_of(self._screen)
+                for _, future in ready:
+                    if not future.done():
+                        future.set_result(snap)
+
+    def _start_driver(self) -> None:
+        if self._driver is None or self._driver.done():
+            self._driver = asyncio.get_running_loop().create_task(self._drive())
+
+    def _wanted(self) -> bool:
+        """Is there a reason to emulate now (rather than lazily, at the next snapshot)?"""
+        return bool(
+            self._job is not None
+            or (self._pending and (self._waiters or self._protect is not None
+                                   or len(self._pending) > self.compact_at))
+        )
+
+    async def _drive(self) -> None:
+        """Run catch-up jobs in slices of about :data:`SLICE_S`, yielding in between."""
+        clock = time.perf_counter
+        try:
+            while self._wanted():
+                if self._job is None:
+                    self._job = self._take_job()
+                until = clock() + SLICE_S
+                for _ in self._job:
+                    if clock() >= until:
+                        break
+                else:
+                    self._job_done()
+                await asyncio.sleep(0)
+        except Exception as exc:  # a broken emulator must not leave snapshot waiters hanging
+            self._job = None
+            waiters, self._waiters = self._waiters, []
+            for _, future in waiters:
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+
+    def _emulate_pending(self, protect_from: int | None) -> Iterator[None]:
+        """Emulate the pending bytes as a job; no cut may drop bytes at or after
+        ``protect_from``. Yields between pieces of a few kilobytes."""
         parser = self._parser
         held = len(parser.tail)
         data = bytes(parser.tail + self._pending)
@@ -144,19 +289,15 @@ class TerminalScreen:
             at = skip.clear_cut(data, pos, limit)
             if at > pos:
                 trigger_end = skip.last_trigger_end(data, pos, at)
-                self._emulate(data, pos, trigger_end)
+                yield from self._emulate(data, pos, trigger_end)
                 pos = trigger_end
                 # Inside an unfinished token (SO/SI can sit in a string) nothing is skipped.
                 if not parser.tail:
                     skip.replay_state(parser, data, trigger_end, at)
                     pos = at
-        self._emulate(data, pos, len(data))
-        replies, self._replies[:] = self._replies[:], []
-        if self._respond is not None:
-            for reply in replies:
-                self._respond(reply)
+        yield from self._emulate(data, pos, len(data))
 
-    def _emulate(self, data: bytes, start: int, end: int) -> None:
+    def _emulate(self, data: bytes, start: int, end: int) -> Iterator[None]:
         """Feed ``data[start:end]`` to the parser, jumping over the middle of long line runs."""
         parser = self._parser
         pos = start
@@ -164,23 +305,41 @@ class TerminalScreen:
             head = data.find(b"\n", max(run_start, pos), run_end) + 1
             if head <= 0:
                 continue
-            parser.feed(data[pos:head])
+            yield from self._feed(data, pos, head)
             pos = head
             target = skip.run_jump(parser, data, head, run_end)
             if target > head:
                 skip.jump_to(parser, data, head, target)
                 pos = target
-        parser.feed(data[pos:end])
+        yield from self._feed(data, pos, end)
+
+    def _feed(self, data: bytes, start: int, end: int) -> Iterator[None]:
+        """Feed ``data[start:end]`` in pieces (the parser keeps a split token for later)."""
+        feed = self._parser.feed
+        while end - start > _PIECE:
+            feed(data[start : start + _PIECE])
+            start += _PIECE
+            yield
+        feed(data[start:end])
 
 
 def snapshot_of(screen: HardenedScreen) -> ScreenSnapshot:
     """The snapshot of an emulator as it stands (no pending bytes involved)."""
     columns = screen.columns
     lines = []
+    blank = [" "] * columns
     for y in range(screen.lines):
         row = screen.buffer.get(y)
-        # Wide characters' right halves are empty strings, so they add nothing here.
-        lines.append("".join([row[x].data for x in range(columns)]).rstrip() if row else "")
+        if not row:
+            lines.append("")
+            continue
+        # Rows are sparse: fill only the cells that exist (a missing cell is a space, and
+        # wide characters' right halves are empty strings, so they add nothing).
+        cells = blank[:]
+        for x, char in row.items():
+            if x < columns:
+                cells[x] = char.data
+        lines.append("".join(cells).rstrip())
     return ScreenSnapshot(
         lines=tuple(lines),
         cursor_row=screen.cursor.y,
