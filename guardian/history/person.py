@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.agents.turns import recognize_record
+from tether.guardian.agents.turns import recognize_record, refresh
 from tether.guardian.history.journal import Journal
 from tether.guardian.runtime.inputs import incomplete
 from tether.protocol.envelope import Request
@@ -104,6 +104,7 @@ class PersonDesk:
         """The whole record, its recognition, receipts, and agent and person events."""
         record = self._record(params, params.execution_id)
         live = self._live.get(params.execution_id)
+        await refresh(live)  # recognition below reads the screen without stalling
         result: dict[str, Any] = {
             "execution": self._live.view(record),
             "thread": self._catalog.get_thread(record["thread_id"]),
@@ -128,6 +129,9 @@ class PersonDesk:
         live = self._live.get(params.execution_id)
         journal = self._live.journal(params.execution_id)
         if params.screen:
+            if live is not None:
+                # Emulate the backlog off the loop; _screen then takes the few bytes since.
+                await live.screen.snapshot_async()
             return self._screen(record, live, journal)
         offset = journal.start if params.offset is None else params.offset
         if offset > journal.end:

@@ -7,6 +7,7 @@ any handler runs, so a refused request never acts.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,13 @@ from tether.shared.clock import Clock
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request, Any], Awaitable[dict[str, Any]]]
+
+#: Methods answered straight from the socket's reader callback, with no task: they never
+#: wait for an event (at most for a screen catch-up) and never enter asyncio.timeout().
+IMMEDIATE = frozenset({
+    "hello", "exec.get", "exec.list", "exec.read", "exec.screen", "exec.explain",
+    "exec.describe", "workspace.list",
+})
 
 #: Time kept back from a request's deadline so the answer reaches the client in time.
 REPLY_MARGIN_S = 0.05
@@ -113,6 +121,11 @@ class GuardianService:
             params = self._admit(request)
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
+            if request.method not in IMMEDIATE:
+                # The socket runs handlers eagerly, outside any task, until they suspend (see
+                # RouterServer): a method that waits suspends here first, so that all of it
+                # runs in a task of its own, where asyncio.timeout() works.
+                await asyncio.sleep(0)
             result = await self._handlers[request.method](request, params)
             return codec.encode(ok_response(self.version, request.id, result))
         except TetherError as err:
