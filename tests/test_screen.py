@@ -242,6 +242,7 @@ class SmallLazyScreen(TerminalScreen):
 
     compact_at = 50_000
     skip_block = 512
+    job_bytes = 20_000
 
 
 def test_query_after_skipped_output_reports_the_right_cursor() -> None:
@@ -473,6 +474,7 @@ class TinyLazyScreen(TerminalScreen):
 
     compact_at = 300
     skip_block = 32
+    job_bytes = 100
 
 
 def _pieces() -> st.SearchStrategy[bytes]:

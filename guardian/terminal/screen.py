@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from tether.guardian.terminal import skip
@@ -79,6 +79,9 @@ class TerminalScreen:
     compact_at = 8 << 20
     #: Granularity of the search for long line runs (see :mod:`guardian.screen_skip`).
     skip_block = 8192
+    #: Most bytes one job takes: bounds each job's skip searches (C-speed scans, but over
+    #: megabytes they would hold the loop for tens of milliseconds).
+    job_bytes = 1 << 20
 
     def __init__(
         self,
@@ -212,9 +215,25 @@ class TerminalScreen:
             self._job_done()
 
     def _take_job(self) -> Iterator[None]:
-        protect, self._protect = self._protect, None
-        self._job_end = self._fed
-        job = self._emulate_pending(protect)
+        """The next job: the first :attr:`job_bytes` pending bytes (up to a line end when
+        there is one nearby). Any split is exact: each job ends with the screen the bytes
+        up to its end draw, which is all the skip rules promise."""
+        pending = self._pending
+        size = len(pending)
+        if size > self.job_bytes:
+            size = pending.find(b"\n", self.job_bytes, self.job_bytes + 4096) + 1 or self.job_bytes
+        taken = pending[:size]
+        del pending[:size]  # O(1): a bytearray drops its head by moving its start
+        protect = self._protect
+        if protect is None or protect >= size:
+            # Every byte of this job comes before the first protected one (or none is).
+            self._protect = None if protect is None else protect - size
+            job_protect = None
+        else:
+            job_protect = protect
+            self._protect = 0 if self._pending else None  # the rest lies after it: all protected
+        self._job_end = self._fed - len(self._pending)
+        job = self._emulate_pending(taken, job_protect)
         if self._paused and self.flow is not None:
             self._paused = False  # the pending buffer is empty again
             self.flow(True)
@@ -270,14 +289,13 @@ class TerminalScreen:
                     future.set_exception(exc)
             raise
 
-    def _emulate_pending(self, protect_from: int | None) -> Iterator[None]:
-        """Emulate the pending bytes as a job; no cut may drop bytes at or after
+    def _emulate_pending(self, taken: bytearray, protect_from: int | None) -> Iterator[None]:
+        """Emulate ``taken`` (pending bytes) as a job; no cut may drop bytes at or after
         ``protect_from``. Yields between pieces of a few kilobytes."""
         parser = self._parser
         held = len(parser.tail)
-        data = bytes(parser.tail + self._pending)
+        data = bytes(parser.tail + taken)
         parser.tail = b""
-        self._pending = bytearray()
         limit = len(data) if protect_from is None else max(0, held + protect_from)
 
         pos = 0
@@ -298,10 +316,36 @@ class TerminalScreen:
         yield from self._emulate(data, pos, len(data))
 
     def _emulate(self, data: bytes, start: int, end: int) -> Iterator[None]:
-        """Feed ``data[start:end]`` to the parser, jumping over the middle of long line runs."""
+        """Feed ``data[start:end]`` to the parser, jumping over the middle of long line runs.
+
+        Plain text (the common bulk: logs, ``cat``) is one run, recognised in one cheap
+        pass. Anything else is searched for runs one window of 32 blocks at a time (ending
+        after a line feed where one is near), with a chance to yield after each: the search
+        costs about 10 ms per megabyte of full-screen output.
+        """
+        window = 32 * self.skip_block
+        if end - start <= 2 * window:
+            yield from self._emulate_runs(data, start, end,
+                                          skip.line_runs(data, start, end, self.skip_block))
+            return
+        if skip.line_local(data[start : start + window // 16]) and skip.line_local(data[start:end]):
+            yield from self._emulate_runs(data, start, end, [(start, end)])
+            return
+        while end - start > 2 * window:
+            stop = data.find(b"\n", start + window, start + window + 4096) + 1 or start + window
+            yield from self._emulate_runs(data, start, stop,
+                                          skip.line_runs(data, start, stop, self.skip_block))
+            yield
+            start = stop
+        yield from self._emulate_runs(data, start, end,
+                                      skip.line_runs(data, start, end, self.skip_block))
+
+    def _emulate_runs(
+        self, data: bytes, start: int, end: int, runs: Iterable[tuple[int, int]]
+    ) -> Iterator[None]:
         parser = self._parser
         pos = start
-        for run_start, run_end in skip.line_runs(data, start, end, self.skip_block):
+        for run_start, run_end in runs:
             head = data.find(b"\n", max(run_start, pos), run_end) + 1
             if head <= 0:
                 continue

@@ -120,14 +120,14 @@ def line_runs(data: bytes, start: int, end: int, block: int) -> Iterator[tuple[i
 
     Blocks end just after an LF, so no SGR straddles two blocks (an LF ends any CSI).
     """
-    if end - start >= 2 * block and _line_local(data[start:end]):
+    if end - start >= 2 * block and line_local(data[start:end]):
         yield start, end  # the common case of one long run: one pass over the bytes
         return
     run = -1
     pos = start
     while pos < end:
         stop = data.find(b"\n", min(pos + block, end) - 1, end) + 1 or end
-        if _line_local(data[pos:stop]):
+        if line_local(data[pos:stop]):
             if run < 0:
                 run = pos
         else:
@@ -139,7 +139,8 @@ def line_runs(data: bytes, start: int, end: int, block: int) -> Iterator[tuple[i
         yield run, end
 
 
-def _line_local(chunk: bytes) -> bool:
+def line_local(chunk: bytes) -> bool:
+    """Does ``chunk`` hold line-local tokens only (text, CR, LF, BS, HT, SGR, EL)?"""
     if chunk.translate(None, _LINE_LOCAL_AND_ESC):
         return False
     escapes = chunk.count(b"\x1b")
