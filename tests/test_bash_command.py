@@ -93,3 +93,18 @@ async def test_session_mismatch_and_bad_input(client: Client, workspace: Path, t
         "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
         "action_json": {"type": "send_keys", "keys": ["Enter", "NoSuchKey"]}})
     assert keys["code"] in ("invalid_key", "not_running")
+
+
+async def test_quotes_history_marks_and_non_ascii_reach_the_shell_intact(
+    client: Client, workspace: Path
+) -> None:
+    """Short commands are typed inline (``eval $'...'``): nothing in them may be changed by
+    quoting, readline or history expansion on the way."""
+    session = await initialize(client, workspace)
+    command = """printf '%s|' "it's" '!!' "a\\\\b" 'tab\there' é✓; echo"""
+    out = await run(client, session, command)
+    assert out["output"].strip() == "it's|!!|a\\b|tab\there|é✓|"
+    heredoc = await run(client, session, "cat <<'EOF'\n$HOME !$\nEOF")
+    assert heredoc["output"].strip() == "$HOME !$"
+    long = await run(client, session, "echo " + "x" * 2000)  # typed through a command file
+    assert long["output"].strip() == "x" * 2000

@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 
 from tests.helpers import AGENT_SCREEN_STATES, fixture_file
-from tests.mcp_helpers import bash, initialize, run
+from tests.mcp_helpers import bash, execution, initialize, run
 
 pytestmark = pytest.mark.anyio
 
@@ -152,3 +152,28 @@ async def test_text_echo_and_line_mode_are_reported(client: Client, workspace: P
     assert sent["delivery"] == "observed" and "warning" not in sent
     done = await bash(client, session, {"type": "status_check", "execution_id": eid}, wait=10)
     assert "got:hello-line" in done["output"]
+
+
+async def test_an_exit_right_after_a_flood_keeps_the_drawn_screen(
+    client: Client, workspace: Path
+) -> None:
+    """A program that ends right after a lot of unskippable output: its end is persisted
+    once the screen is drawn (off the loop), with the last frame as the screen text."""
+    frames = b"".join(
+        b"".join(b"\x1b[%d;1Hframe %d row %d" % (row, n, row) for row in range(1, 41))
+        for n in range(600)
+    )
+    assert len(frames) > 200_000  # more than a screen catches up synchronously
+    (workspace / "frames.bin").write_bytes(frames)
+    session = await initialize(client, workspace)
+    started = await bash(client, session, {"type": "command", "is_background": True,
+                                           "command": "cat frames.bin; exit 3"})
+    waited = await execution(client, session, {
+        "type": "wait", "execution_ids": [started["execution_id"]], "events": ["exited"],
+        "timeout_seconds": 20})
+    assert waited["data"]["outcome"] == "changed"
+    record = (await execution(client, session, {
+        "type": "get", "execution_id": started["execution_id"]}))["data"]["execution"]
+    assert (record["status"], record["exit_code"]) == ("exited", 3)
+    assert "frame 599 row 40" in record["screen_text"]
+    assert "frame 598" not in record["screen_text"]

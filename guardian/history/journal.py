@@ -23,11 +23,16 @@ __all__ = ["DEFAULT_RETAIN_BYTES", "Journal"]
 class Journal:
     """The append-only output journal of one execution."""
 
-    def __init__(self, directory: Path, execution_id: str, retain: int = DEFAULT_RETAIN_BYTES):
+    def __init__(
+        self, directory: Path, execution_id: str, retain: int = DEFAULT_RETAIN_BYTES,
+        *, new: bool = False,
+    ) -> None:
+        """``new``: the execution was just created, so there is nothing on disk to find
+        (the scan lists the whole journals directory: not on a command's path)."""
         self.directory = directory
         self.execution_id = execution_id
         self.retain = retain
-        self._segments: list[_Segment] = self._scan()
+        self._segments: list[_Segment] = [] if new else self._scan()
         if not self._segments:
             self._segments.append(self._new_segment(0))
         self._fd: int | None = None

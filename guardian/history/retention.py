@@ -2,12 +2,15 @@
 
 Per thread: at most 128 records and 16 MiB of output + screen text; terminal records expire
 24 h after they became terminal. Pruning is lazy (it runs inside catalog operations),
-removes the oldest terminal records first, and never evicts a running record.
+removes the oldest terminal records first, and never evicts a running record. A new command
+asks for it with :meth:`Retention.prune_soon`: it runs a moment later, once for a burst of
+commands, instead of on the command's own path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set
+import asyncio
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +19,9 @@ from tether.protocol.limits import RECORD_TTL_MS, THREAD_MAX_BYTES, THREAD_MAX_R
 from tether.shared.catalog import TERMINAL_STATUSES, Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+
+#: How long after a new command its thread is pruned (bursts of commands share one prune).
+PRUNE_DELAY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,27 @@ class Retention:
         self.paths = paths
         self.clock = clock
         self.limits = limits or RetentionLimits()
+        self._soon: set[str] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def prune_soon(self, thread_id: str, protect: Callable[[], Set[str]]) -> None:
+        """Prune ``thread_id`` about :data:`PRUNE_DELAY_S` from now (on the running loop)."""
+        self._soon.add(thread_id)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                PRUNE_DELAY_S, self._prune_soon, protect)
+
+    def _prune_soon(self, protect: Callable[[], Set[str]]) -> None:
+        self._timer = None
+        threads, self._soon = self._soon, set()
+        for thread_id in threads:
+            self.prune_thread(thread_id, protect=protect())
+
+    def cancel(self) -> None:
+        """Forget a pending prune (the guardian is stopping)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def prune_thread(self, thread_id: str, protect: Set[str]) -> list[str]:
         """Apply the limits to one thread; returns the pruned execution ids."""

@@ -77,9 +77,10 @@ class Runtime:
 
     async def shutdown(self, grace_s: float = 2.0) -> None:
         """Hang up every runtime, record what ended, mark the rest unknown (R4)."""
+        self.retention.cancel()
         self.threads.hangup_all()
         self.live.hangup_all()
         await self.live.wait_all_done(grace_s)
         for live in self.live:
-            self.finisher.finish(live, None, reason="guardian_stopped", status="unknown")
+            self.finisher.finish(live, None, reason="guardian_stopped", status="unknown", now=True)
         self.threads.close_all()

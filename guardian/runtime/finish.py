@@ -3,14 +3,24 @@
 Whatever ends an execution (its D marker, its process exiting, a shell reset, a discarded
 line, guardian shutdown) comes here, so the record is persisted once, its waiters wake once,
 and it leaves the live table in the same step.
+
+The record keeps the final screen's text, so the screen must be caught up first. That is
+quick unless the program ended right after a flood of output (up to the screen's 8 MiB
+pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
+once a catch-up off the loop has drawn it (the execution looks running until then).
 """
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
+
+log = logging.getLogger(__name__)
 
 #: Screen text kept on a record when its runtime ends (R17).
 SCREEN_TEXT_LIMIT = 64 * 1024
@@ -26,6 +36,7 @@ class Finisher:
         self._clock = clock
         self._live = live
         self._notifier = notifier
+        self._drawing: dict[str, asyncio.Task[None]] = {}
 
     def finish(
         self,
@@ -34,12 +45,40 @@ class Finisher:
         *,
         reason: str | None = None,
         status: str = "exited",
+        now: bool = False,
     ) -> None:
-        """Persist the end of an execution and wake its waiters (a second call is a no-op)."""
-        if live.done.is_set():
+        """Persist the end of an execution and wake its waiters (a second call is a no-op).
+
+        ``now``: do not wait for a screen catch-up (guardian shutdown).
+        """
+        if live.done.is_set() or (live.execution_id in self._drawing and not now):
             return
-        now = self._clock.now_ms()
-        screen_text = live.screen.snapshot().text.encode()[-SCREEN_TEXT_LIMIT:]
+        ended = self._clock.now_ms()
+        if not now and not live.screen.settled:
+            self._drawing[live.execution_id] = asyncio.get_running_loop().create_task(
+                self._finish_drawn(live, exit_code, reason, status, ended))
+            return
+        self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
+
+    async def _finish_drawn(
+        self, live: LiveExecution, exit_code: int | None, reason: str | None, status: str,
+        ended: int,
+    ) -> None:
+        try:
+            text = (await live.screen.snapshot_async()).text
+        except Exception:  # a broken emulator must not leave the record running forever
+            log.exception("screen of %s could not be drawn", live.execution_id)
+            text = ""
+        finally:
+            self._drawing.pop(live.execution_id, None)
+        if not live.done.is_set():
+            self._persist(live, exit_code, reason, status, ended, text)
+
+    def _persist(
+        self, live: LiveExecution, exit_code: int | None, reason: str | None, status: str,
+        now: int, text: str,
+    ) -> None:
+        screen_text = text.encode()[-SCREEN_TEXT_LIMIT:]
         self._catalog.update_execution(
             live.execution_id,
             status=status,

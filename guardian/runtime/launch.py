@@ -102,7 +102,7 @@ class Launcher:
                                    runtime=shell.runtime, screen=shell.screen,
                                    generation=shell.generation)
         shell.attach(live)
-        line = shell.command_file(live.execution_id, params.command)
+        line = shell.command_line(live.execution_id, params.command)
         await deliver(live, line.encode(), write_timeout_s)
         return {"execution_id": live.execution_id, "input_sent": True}
 
@@ -188,10 +188,10 @@ class Launcher:
             thread_id=thread["thread_id"],
             kind=kind,
             generation=generation,
-            journal=Journal(self._paths.journals, execution_id),
+            journal=Journal(self._paths.journals, execution_id, new=True),
             runtime=runtime,
             screen=screen,
         )
         self._live.add(live)
-        self._retention.prune_thread(thread["thread_id"], protect=self._live.protected())
+        self._retention.prune_soon(thread["thread_id"], self._live.protected)
         return live

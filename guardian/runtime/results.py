@@ -12,7 +12,7 @@ import contextlib
 from typing import Any
 
 from tether.guardian.history.records import output_tail, record_view
-from tether.guardian.runtime.live import LiveTable
+from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
@@ -42,12 +42,15 @@ class Results:
         self._threads = threads
         self._notifier = notifier
 
-    def result(self, execution_id: str) -> dict[str, Any]:
-        """Record, rendered output tail, and the thread's current cwd."""
+    def result(self, execution_id: str, was_live: LiveExecution | None = None) -> dict[str, Any]:
+        """Record, rendered output tail, and the thread's current cwd. ``was_live``: the
+        execution's live entry from before a wait, whose journal stays readable after the
+        end (opening the journal afresh would list the journals directory)."""
         record = self._catalog.get_execution(execution_id)
         assert record is not None
         live = self._live.get(execution_id)
-        journal = self._live.journal(execution_id)
+        holder = live or was_live
+        journal = holder.journal if holder is not None else self._live.journal(execution_id)
         thread = self._catalog.get_thread(record["thread_id"])
         cwd = self._threads.cwd(record["thread_id"], thread["cwd"] if thread else record["cwd"])
         return {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd}
@@ -58,7 +61,7 @@ class Results:
         if live is not None and timeout_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(live.done.wait(), timeout_s)
-        return self.result(execution_id)
+        return self.result(execution_id, live)
 
     async def settle(self, execution_id: str, timeout_s: float) -> dict[str, Any]:
         """After input: wait for the exit, or for output to stay quiet for a moment."""
@@ -72,7 +75,7 @@ class Results:
             if live.activity_seq != seen:
                 seen = live.activity_seq
                 quiet_at = min(deadline, loop.time() + SETTLE_QUIET_S)
-        return self.result(execution_id)
+        return self.result(execution_id, live)
 
     def status_target(self, params: ExecStatusParams) -> str:
         """The execution ``exec.status`` is about: the named one, or the thread's latest."""

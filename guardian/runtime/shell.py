@@ -1,9 +1,11 @@
 """A thread's main shell: interactive bash in a PTY with Tether's shell integration.
 
-Commands are written to a private file and run by typing `` . <file>`` at the prompt, so
-multi-line commands, heredocs and unbalanced quotes behave exactly as in a script (one
-command line, one ``C`` marker, one ``D`` marker) instead of leaving the shell waiting at a
-continuation prompt. The bytes between ``C`` and ``D`` are the execution's output.
+A command is typed as one line, so multi-line commands, heredocs and unbalanced quotes
+behave exactly as in a script (one command line, one ``C`` marker, one ``D`` marker) instead
+of leaving the shell waiting at a continuation prompt: a short command as
+`` eval $'<command>'`` with every byte that readline or history expansion could act on
+escaped, a long one written to a private file and run as `` . <file>`` (readline redraws a
+long line as it is typed). The bytes between ``C`` and ``D`` are the execution's output.
 """
 
 from __future__ import annotations
@@ -22,6 +24,29 @@ from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import write_private_file
+
+#: Longest escaped command typed inline; longer ones go through a private file.
+INLINE_MAX = 512
+# Printable ASCII stays as it is, except what a quote, readline or history expansion would
+# act on (' \ !); everything else becomes \xHH (a two-digit escape ends where it should).
+_INLINE = [
+    chr(b) if 0x20 <= b < 0x7F and b not in b"'\\!" else f"\\x{b:02x}" for b in range(256)
+]
+
+
+def inline_line(command: str) -> str | None:
+    """`` eval $'...'`` typing ``command`` in one line without a file, or None if too long.
+
+    A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc). The body
+    ends with a newline, as the command file does, so a heredoc's delimiter is complete.
+    """
+    data = command.encode()
+    if len(data) > INLINE_MAX:
+        return None
+    body = "".join([_INLINE[b] for b in data])
+    if len(body) > INLINE_MAX:
+        return None
+    return f" eval $'{body}\\x0a'\r"
 
 
 class ShellListener(Protocol):
@@ -92,6 +117,10 @@ class MainShell:
     def busy(self) -> bool:
         """A command (ours, or one typed by hand) is running in the foreground."""
         return self.current is not None or self._in_command
+
+    def command_line(self, execution_id: str, command: str) -> str:
+        """The line to type for ``command``: inline when short, else through a file."""
+        return inline_line(command) or self.command_file(execution_id, command)
 
     def command_file(self, execution_id: str, command: str) -> str:
         """Write ``command`` to a private file; return the line to type for it."""

@@ -117,6 +117,11 @@ class TerminalScreen:
         return self._fed
 
     @property
+    def settled(self) -> bool:
+        """Would :meth:`snapshot` be quick (no job running, little pending)?"""
+        return self._job is None and len(self._pending) <= SYNC_MAX
+
+    @property
     def backlog(self) -> int:
         """Bytes fed but not emulated yet."""
         return self._fed - self._emulated
@@ -154,7 +159,7 @@ class TerminalScreen:
 
     async def snapshot_async(self) -> ScreenSnapshot:
         """The screen once every byte fed so far is emulated, without stalling the loop."""
-        if self._job is None and len(self._pending) <= SYNC_MAX:
+        if self.settled:
             return self.snapshot()
         future: asyncio.Future[ScreenSnapshot] = asyncio.get_running_loop().create_future()
         self._waiters.append((self._fed, future))
@@ -165,7 +170,7 @@ class TerminalScreen:
         """The screen as of now when that is cheap; otherwise (a large backlog) the last
         snapshot taken. Never stalls: call :meth:`snapshot_async` first for an up-to-date
         one, then this from synchronous code in the same step."""
-        if self._job is None and len(self._pending) <= SYNC_MAX:
+        if self.settled:
             return self.snapshot()
         return self._last if self._last is not None else snapshot_of(self._screen)
 
