@@ -130,7 +130,9 @@ class Launcher:
             on_output=on_output,
             on_exit=lambda status: self._finisher.finish(holder[0], status.shell_style_code),
         )
-        screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query)
+        # flow: while the screen catches up on a flood, reading waits (the program slows).
+        screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query,
+                                flow=runtime.set_reading)
         live = self._new_execution(thread, params, kind="background", cwd=cwd, runtime=runtime,
                                    screen=screen, generation=1, execution_id=execution_id)
         holder.append(live)
