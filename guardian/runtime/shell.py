@@ -27,10 +27,14 @@ from tether.shared.paths import write_private_file
 
 #: Longest escaped command typed inline; longer ones go through a private file.
 INLINE_MAX = 512
-# Printable ASCII stays as it is, except what a quote, readline or history expansion would
-# act on (' \ !); everything else becomes \xHH (a two-digit escape ends where it should).
+# The line stays readable on the shell's screen: printable ASCII as it is, except \ and '
+# (backslash-escaped); ! (history expansion), controls and non-ASCII bytes (readline may take
+# them for Meta keys outside a UTF-8 locale) as \xHH, a two-digit escape that ends where it
+# should.
 _INLINE = [
-    chr(b) if 0x20 <= b < 0x7F and b not in b"'\\!" else f"\\x{b:02x}" for b in range(256)
+    "\\\\" if b == 0x5C else "\\'" if b == 0x27 else "\\n" if b == 0x0A else "\\t" if b == 0x09
+    else chr(b) if 0x20 <= b < 0x7F and b != 0x21 else f"\\x{b:02x}"
+    for b in range(256)
 ]
 
 
@@ -46,7 +50,7 @@ def inline_line(command: str) -> str | None:
     body = "".join([_INLINE[b] for b in data])
     if len(body) > INLINE_MAX:
         return None
-    return f" eval $'{body}\\x0a'\r"
+    return f" eval $'{body}\\n'\r"
 
 
 class ShellListener(Protocol):
