@@ -244,3 +244,19 @@ async def test_get_list_and_wait_carry_the_recognition(client: Client, workspace
     assert item["recognition"]["state"] == "awaiting_approval"
     assert item["recognition"]["attention"] == "approval"
     assert data["recognition"]["rule"] == item["recognition"]["rule"]
+
+
+async def test_prompt_enter_is_not_swallowed_by_a_paste_burst_rule(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    """Codex 0.171 takes an Enter that follows typed text within ~120 ms for part of a paste
+    (a newline in the draft). The prompt waits for the echo to settle before Enter, so the
+    prompt is submitted, once."""
+    session = await initialize(client, workspace)
+    log = tmp_path / "agent.log"
+    eid = await _start_fake(client, session, log, "--paste-burst-ms 150 --busy-seconds 0.3")
+    sent = (await _agent(client, session, {
+        "action": "prompt", "target": eid, "prompt_id": "burst", "text": "submit me whole",
+        "recognizer": "claude", "timeout_seconds": 15}))["data"]["receipt"]
+    assert (sent["delivered"], sent["activity_observed"], sent["wait_reached"]) == (True, True, True)
+    assert _log_lines(log) == ["submit me whole"]

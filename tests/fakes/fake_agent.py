@@ -12,6 +12,10 @@ Typed characters are echoed into the box. Enter on a non-empty draft appends one
 then the agent is busy for ``--busy-seconds`` (a spinner line ``✻ Working… (esc to
 interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again.
 
+With ``--paste-burst-ms N`` an Enter that comes within N ms of a typed character joins the
+draft as a newline instead of submitting it, as Codex does (it takes such an Enter for part
+of a paste).
+
 With ``--approval`` a submitted prompt first raises a permission dialog
 (``Do you want to proceed?`` / ``❯ 1. Yes`` / ``2. No``): ``1`` or Enter accepts (then busy as
 above), ``2`` or Escape declines (``● Declined: TEXT``). Escape or Ctrl-C while busy cancels
@@ -60,6 +64,8 @@ class Agent:
     busy_started: float = 0.0
     transcript: list[str] = field(default_factory=list)
     quit: bool = False
+    paste_burst_seconds: float = 0.0  # an Enter this soon after a typed character is a newline
+    last_char_at: float = float("-inf")
 
     # --- input -------------------------------------------------------------------------
 
@@ -75,6 +81,8 @@ class Agent:
                 self.transcript.append("● Interrupted")
             elif key == "\x03":
                 self.draft = ""
+        elif key in ("\r", "\n") and now - self.last_char_at < self.paste_burst_seconds:
+            self.draft += "\n"  # Codex's paste-burst rule: Enter right after typing is pasted
         elif key in ("\r", "\n"):
             if self.mode == "idle" and self.draft.strip():
                 self._submit(self.draft, now)
@@ -84,6 +92,7 @@ class Agent:
             self.draft = self.draft[:-1]
         elif key.isprintable():
             self.draft += key  # typed while busy: kept as the next draft, like real agents
+            self.last_char_at = now
 
     def _submit(self, text: str, now: float) -> None:
         self._log(text)
@@ -265,9 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", required=True, help="append one JSON line per prompt here")
     parser.add_argument("--busy-seconds", type=float, default=1.5)
     parser.add_argument("--approval", action="store_true", help="ask before each prompt")
+    parser.add_argument("--paste-burst-ms", type=float, default=0.0,
+                        help="an Enter this soon after a typed character is a newline")
     args = parser.parse_args(argv)
 
-    agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval)
+    agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
+                  paste_burst_seconds=args.paste_burst_ms / 1000)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     resized: list[int] = []
