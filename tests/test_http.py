@@ -153,6 +153,8 @@ async def test_profiles_decide_listed_and_callable_tools(tether_env: Config, pri
         async with http_client(url, ALICE) as alice:
             tools = {t.name: t for t in (await alice.list_tools()).tools}
             assert sorted(tools) == ["Agent", "BashCommand", "Execution", "Initialize"]
+            # The server tells the SDK there are no Mcp-Param headers to check: keep it true.
+            assert "x-mcp-header" not in json.dumps([t.input_schema for t in tools.values()])
             hints = {name: (t.annotations.read_only_hint, t.annotations.destructive_hint,
                             t.annotations.open_world_hint)
                      for name, t in tools.items() if t.annotations and name != "Initialize"}
