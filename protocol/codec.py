@@ -68,18 +68,24 @@ def decode(frame: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
 
 
 def _check_depth(obj: Any, max_depth: int) -> None:
-    """Refuse structures nested deeper than ``max_depth`` (iteratively: no recursion)."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
+    """Refuse structures nested deeper than ``max_depth`` (level by level: no recursion).
+
+    Only containers are visited (decoded msgpack holds exact dicts and lists), so a request
+    of a dozen scalars costs a couple of steps: this runs for every frame on both sides.
+    """
+    level = [obj] if type(obj) in _CONTAINERS else []
+    depth = 1
+    while level:
         if depth > max_depth:
             raise TetherError(
                 ErrorCode.LIMIT_EXCEEDED, f"message nested deeper than {max_depth} levels"
             )
-        stack.extend((child, depth + 1) for child in children)
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if type(item) is dict else item
+            below += [child for child in children if type(child) in _CONTAINERS]
+        level = below
+        depth += 1
+
+
+_CONTAINERS = (dict, list)
