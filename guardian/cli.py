@@ -9,6 +9,7 @@ import argparse
 import logging
 import sys
 
+from tether.guardian import lean  # noqa: F401  (first: before anything imports asyncio)
 from tether.guardian.rpc.daemon import Guardian
 from tether.protocol.errors import TetherError
 from tether.protocol.versions import Version, known_minor_versions

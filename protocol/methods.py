@@ -63,7 +63,7 @@ IdempotencyKey = Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_K
 class Params(BaseModel):
     """Base for every params model: unknown keys ignored, known keys strict."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class HelloParams(Params):

@@ -21,6 +21,7 @@ from typing import Any
 import filelock
 import zmq
 
+from tether.guardian.rpc.memory import QuietTrimmer
 from tether.guardian.rpc.service import GuardianService
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.threads import process_env
@@ -78,6 +79,7 @@ class Guardian:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._last_activity = self.clock.monotonic()
+        self._trimmer = QuietTrimmer()
 
     def run(self) -> int:
         """Run in the foreground until SIGTERM, shutdown, or idleness. Returns an exit code."""
@@ -131,6 +133,7 @@ class Guardian:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
         serve_task = loop.create_task(server.serve())
+        self._trimmer.touch()  # start-up's imports leave garbage behind: trim once quiet
         idle_task = loop.create_task(self._idle_watch(runtime))
         socket_task = loop.create_task(self._socket_watch(server))
         log.info("guardian %s serving %s (protocol %s)", self.instance_id, self.workspace_root,
@@ -144,6 +147,7 @@ class Guardian:
         await runtime.shutdown()
         serve_task.cancel()
         await asyncio.gather(serve_task, idle_task, socket_task, return_exceptions=True)
+        self._trimmer.cancel()
         server.close()
         context.term()
         catalog.close()
@@ -176,6 +180,7 @@ class Guardian:
 
     def _touch(self) -> None:
         self._last_activity = self.clock.monotonic()
+        self._trimmer.touch()
 
     def request_stop(self, reason: str) -> None:
         """Begin a clean shutdown (signal handler, ``guardian.shutdown``, idleness)."""
