@@ -344,6 +344,23 @@ async def claude_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> No
     eid = await t.start(f"cd {_quote(str(project))} && {command}")
     await early_key(t, rec, eid, r"trust this folder")
     await run_claude_like(t, env, rec, eid, project)
+    # Again in plan mode (folder and key are trusted now): a plan to confirm.
+    # ENABLE_TOOL_SEARCH=false: otherwise ExitPlanMode is deferred behind ToolSearch.
+    eid = await t.start(f"cd {_quote(str(project))} && "
+                        + command.replace("env ", "env ENABLE_TOOL_SEARCH=false ", 1)
+                        .replace("--permission-mode manual", "--permission-mode plan"))
+    await checkpoint(t, rec, eid, "plan_mode_idle", r"(?m)^❯\s*$", "awaiting_input")
+    await t.agent("prompt", target=eid, prompt_id=f"plan-{secrets.token_hex(3)}",
+                  text="make a plan TETHER-PLAN", timeout_seconds=10)
+    await checkpoint(t, rec, eid, "plan_confirmation", r"(?i)exit plan mode\?|proceed|keep planning",
+                     "awaiting_approval", "approval")
+    await t.keys(eid, "Escape")
+    await checkpoint(t, rec, eid, "plan_declined", r"(?m)^❯\s*$", "awaiting_input")
+    await t.keys(eid, "Ctrl-c")
+    await checkpoint(t, rec, eid, "plan_ctrl_c_once", r"(?i)again to exit", "awaiting_input")
+    await t.keys(eid, "Ctrl-c")
+    status = await wait_exit(t, eid)
+    rec.report.check(status["status"] == "exited", f"claude (plan mode) did not exit: {status}")
 
 
 async def early_key(t: Tether, rec: Recorder, eid: str, dialog: str) -> None:

@@ -11,6 +11,7 @@ every turn:
 
 - ``TETHER-RUN``: call the program's shell tool with ``touch created_by_agent.txt`` (the
   driver denies it and checks the file never appears);
+- ``TETHER-PLAN``: (Claude Code in plan mode) present a plan with ``ExitPlanMode``;
 - ``TETHER-SLOW``: stream a long answer slowly (about 60 s) so the driver can watch the
   program busy and cancel it;
 - a tool result (approved or denied) or anything else: a short text answer.
@@ -124,6 +125,9 @@ def decide(items: list[Any], shell_tools: list[str], all_tools: list[str]) -> De
     text = _last_user_text(items)
     if "TETHER-RUN" in text and shell_tools:
         return "tool", shell_tools[0], {}
+    if "TETHER-PLAN" in text and "ExitPlanMode" in all_tools:
+        # Claude Code in plan mode: present a plan, which the user must confirm.
+        return "tool", "ExitPlanMode", {"plan": "1. Create notes.txt\n2. Write one line in it"}
     if "TETHER-SLOW" in text:
         return "slow", "", {}
     found = MARKER.search(text)

@@ -44,7 +44,7 @@ def test_there_are_enough_real_screens_of_each_program() -> None:
         programs[program] = programs.get(program, 0) + 1
     assert set(programs) == {"claude", "codex", "opencode"}, programs
     assert all(count >= 8 for count in programs.values()), programs
-    assert sum(programs.values()) >= 40, programs
+    assert sum(programs.values()) >= 45, programs
 
 
 @pytest.mark.parametrize("path", SCREENS, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -69,6 +69,6 @@ def test_real_screen_is_recognised(path: Path) -> None:
 
 def test_every_kind_of_question_is_met_in_the_real_screens() -> None:
     met = {(m["state"], m["attention"]) for m in map(_meta, SCREENS)}
-    for kind in ("trust", "login", "approval"):
+    for kind in ("trust", "login", "approval", "choice"):
         assert ("awaiting_approval", kind) in met
     assert {("busy", None), ("awaiting_input", None), ("unknown", None)} <= met
