@@ -258,7 +258,6 @@ async def test_reset_reports_a_process_that_escaped_the_session(
 # -- output written just before the end ---------------------------------------------------
 
 
-@not_fixed_yet
 async def test_background_output_after_the_leader_exits(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     bg = await bash(client, session, {

@@ -17,7 +17,7 @@ from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.inputs import deliver, stale_generation
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
-from tether.guardian.runtime.pty import PtyRuntime
+from tether.guardian.runtime.pty import PtyRuntime, job_argv
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.screen import TerminalScreen
@@ -122,7 +122,7 @@ class Launcher:
             notifier.notify_output()
 
         runtime = PtyRuntime(
-            ["bash", "-c", params.command],
+            job_argv(params.command),
             env=self._threads.env_for(thread["thread_id"], execution_id),
             cwd=cwd,
             rows=params.rows,

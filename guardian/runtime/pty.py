@@ -3,6 +3,10 @@
 The reader only hands bytes on (SPEC R18): whoever owns the runtime appends them to a
 journal and a lazy screen. Exit is observed through a pidfd, so there is no polling and no
 SIGCHLD handler; ptyprocess stays the one reaper (NOTES: a second reaper breaks it).
+
+The exit is reported only once the terminal has been drained: until EOF (no process holds
+the terminal any more) or :data:`DRAIN_BOUND_S` after the exit, so output that a child left
+behind writes just after its parent ended is not lost.
 """
 
 from __future__ import annotations
@@ -19,12 +23,30 @@ from dataclasses import dataclass
 
 from ptyprocess import PtyProcess
 
+from tether.guardian.runtime import kernel
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.identity import ProcessIdentity, boot_id
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
+#: After the runtime's process exits, how long other holders of the terminal (children it
+#: left behind) may keep writing before the exit is reported and the terminal closed.
+DRAIN_BOUND_S = 1.0
+
+
+#: How a background command runs: ``bash -c COMMAND`` as a foreground job of a small bash
+#: with job control. The job has its own process group, so when the session leader exits
+#: the kernel's hangup (sent to the terminal's foreground group, by then the leader's own)
+#: does not kill children the command left behind, and their last output still arrives.
+#: (A non-interactive bash controls the terminal through its fd 2, so that stays the
+#: terminal; a job killed by a signal is therefore reported on it, e.g. "Killed".)
+_JOB_WRAPPER = 'set -m; "$@"; exit $?'
+
+
+def job_argv(command: str) -> list[str]:
+    """The argv of a background command's runtime (see :data:`_JOB_WRAPPER`)."""
+    return ["bash", "-c", _JOB_WRAPPER, "tether-job", "bash", "-c", command]
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -75,7 +97,9 @@ class PtyRuntime:
         # The one input lock of this terminal (see claim_input); None when nobody types.
         self._input_claim: object | None = None
         self._reading = True  # not paused by flow control
-        self._eof = False
+        self._eof = False  # no process holds the terminal's other end any more
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._exit_reported = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -127,10 +151,16 @@ class PtyRuntime:
         self._on_output(data)
         return True
 
-    def _stop_reading(self) -> None:
+    def _at_eof(self) -> None:
         self._eof = True
         if self._loop is not None and self._proc is not None and self._proc.fd >= 0:
             self._loop.remove_reader(self._proc.fd)
+
+    def _stop_reading(self) -> None:
+        """EOF: nobody holds the terminal any more. Report a pending exit now."""
+        self._at_eof()
+        if self.exit_status is not None:
+            self._report_exit()
 
     def set_reading(self, on: bool) -> None:
         """Pause (``False``) or resume reading output: the screen's flow control. While
@@ -145,33 +175,52 @@ class PtyRuntime:
             loop.remove_reader(proc.fd)
 
     def _drain(self) -> None:
-        """Read everything the child wrote before it exited (NOTES: read until EOF)."""
+        """Read everything written so far (NOTES: read until EOF before reporting an exit)."""
         proc = self._proc
-        if proc is None or proc.fd < 0:
+        if proc is None or proc.fd < 0 or self._eof:
             return
         while True:
             try:
                 data = os.read(proc.fd, READ_CHUNK)
-            except OSError:  # EAGAIN: nothing more now; EIO: no writer left
+            except BlockingIOError:
+                return  # nothing more now
+            except OSError:  # EIO: no writer left
+                self._at_eof()
                 return
             if not data:
+                self._at_eof()
                 return
             self._on_output(data)
 
     def _child_exited(self) -> None:
+        """The pidfd says our process ended: reap it, then drain before reporting."""
         proc = self._proc
-        assert proc is not None and self._loop is not None and self._pidfd is not None
+        if proc is None or self._loop is None or self._pidfd is None:
+            return
+        try:
+            if proc.isalive():  # reaps: sets exitstatus / signalstatus
+                return  # not yet (asked directly by end_session)
+        except Exception:  # pragma: no cover - only if something else reaped our child
+            log.exception("could not reap pid %s", proc.pid)
         self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = None
-        self._drain()
-        try:
-            proc.isalive()  # reaps: sets exitstatus / signalstatus
-        except Exception:  # pragma: no cover - only if something else reaped our child
-            log.exception("could not reap pid %s", proc.pid)
         self.exit_status = ExitStatus(proc.exitstatus, proc.signalstatus)
-        # Grandchildren may still hold the PTY open; keep reading their output until EOF,
-        # but the runtime's own process has ended now.
+        self._drain()
+        if self._eof or proc.fd < 0:
+            self._report_exit()
+        else:
+            # Children it left behind may still write: read on until EOF, within a bound.
+            self._drain_timer = self._loop.call_later(DRAIN_BOUND_S, self._report_exit)
+
+    def _report_exit(self) -> None:
+        if self._exit_reported or self.exit_status is None:
+            return
+        self._exit_reported = True
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        self._drain()
         self._on_exit(self.exit_status)
 
     # -- input and control -----------------------------------------------------------------
@@ -284,22 +333,34 @@ class PtyRuntime:
         if self._proc is not None and self.alive:
             self._proc.setwinsize(rows, cols)
 
-    def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the runtime's process group (its session leader's group)."""
-        pid = self.pid
-        if pid is None or self.exit_status is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(os.getpgid(pid), sig)
-
     def hangup(self) -> None:
-        """What a closing terminal does: SIGHUP (and SIGCONT so stopped jobs see it)."""
-        self.signal_group(signal.SIGHUP)
-        self.signal_group(signal.SIGCONT)
+        """What a closing terminal does: SIGHUP (and SIGCONT so stopped jobs see it) to every
+        process of the runtime's session, whatever process group it is in."""
+        pid = self.pid
+        if pid is None:
+            return
+        members = {pid, *kernel.session_members(pid)} if self.exit_status is None else set(
+            kernel.session_members(pid))
+        kernel.signal_all(members, signal.SIGHUP)
+        kernel.signal_all(members, signal.SIGCONT)
+
+    async def end_session(self, grace_s: float) -> list[int]:
+        """End the whole session (SIGHUP, then SIGKILL after ``grace_s``), reap the leader
+        and report its exit. Returns the pids that survived."""
+        pid = self.pid
+        if pid is None:
+            return []
+        survivors = await kernel.end_session(pid, grace_s)
+        self._child_exited()  # reap now if the pidfd callback has not run yet
+        self._report_exit()  # everything that held the terminal is gone: nothing to drain
+        return survivors
 
     def close(self) -> None:
         """Release the PTY fd and watchers without blocking (never ptyprocess.close)."""
         loop, proc = self._loop, self._proc
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
         if loop is not None and self._pidfd is not None:
             loop.remove_reader(self._pidfd)
             os.close(self._pidfd)

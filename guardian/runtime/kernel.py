@@ -1,0 +1,185 @@
+"""What the kernel says about the processes behind a PTY (issue 11).
+
+Markers printed into a terminal can be forged by whatever runs in it; these facts cannot:
+which process group owns the terminal's foreground, who belongs to a session, what a
+process is blocked in. They decide when a shell is really back at its prompt, and which
+processes a reset must end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+_PROC = Path("/proc")
+#: Kernel wait channels of a shell that is busy although it sleeps: waiting for a child
+#: (``wait`` for a background job), or reading a pipe (a command substitution).
+_BUSY_WAITS = ("do_wait", "pipe_read", "pipe_wait")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` that matter here."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """``/proc/<pid>/stat`` of a process, or None when it is gone."""
+    try:
+        raw = (_PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or parentheses.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return ProcStat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _wait_channel(pid: int) -> str | None:
+    try:
+        wchan = (_PROC / str(pid) / "wchan").read_text().strip()
+    except OSError:
+        return None
+    return wchan if wchan and wchan != "0" else None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in (_PROC / str(pid) / "task" / str(pid) / "children").read_text().split()]
+    except (OSError, ValueError):
+        with contextlib.suppress(psutil.Error):
+            return [c.pid for c in psutil.Process(pid).children()]
+        return []
+
+
+def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
+    """None when the shell is idle at its prompt, else the reason it is not.
+
+    Idle means: the terminal's foreground process group is the shell's own, none of the
+    shell's children is in that group (a command substitution, a pipeline without job
+    control), and the shell sleeps in something other than waiting for a child or reading
+    a pipe: it waits for the terminal. A command that runs inside the shell itself and
+    waits for terminal input (the ``read`` builtin) looks the same; see docs/architecture.md.
+    """
+    try:
+        foreground = os.tcgetpgrp(master_fd)
+    except OSError as exc:
+        return f"the terminal has no foreground process group ({exc.strerror})"
+    shell = proc_stat(shell_pid)
+    if shell is None:
+        return "the shell is gone"
+    if foreground != shell.pgrp:
+        return f"process group {foreground} owns the terminal, not the shell's ({shell.pgrp})"
+    for child in _children(shell_pid):
+        stat = proc_stat(child)
+        if stat is not None and stat.pgrp == shell.pgrp and stat.state != "Z":
+            return f"process {child} runs in the shell's foreground group"
+    if shell.state != "S":
+        return f"the shell is not waiting for input (state {shell.state})"
+    wchan = _wait_channel(shell_pid)
+    if wchan is not None and any(busy in wchan for busy in _BUSY_WAITS):
+        return f"the shell is waiting in {wchan}, not for input"
+    return None
+
+
+def cwd_of(pid: int) -> str | None:
+    """The working directory of a live process, from the kernel."""
+    try:
+        return os.readlink(_PROC / str(pid) / "cwd")
+    except OSError:
+        return None
+
+
+def session_members(session_id: int) -> list[int]:
+    """Every live process of a session (the session id is its leader's pid)."""
+    members = []
+    for entry in os.scandir(_PROC):
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None and stat.session == session_id and stat.state != "Z":
+                members.append(stat.pid)
+    return members
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (including those that left its session)."""
+    with contextlib.suppress(psutil.Error):
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    return []
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    """Send ``sig`` to each process that still exists."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _exited(pid: int) -> bool:
+    stat = proc_stat(pid)
+    return stat is None or stat.state in ("Z", "X")
+
+
+async def wait_exited(pids: Iterable[int], timeout_s: float) -> set[int]:
+    """Wait until every process has exited (zombies count as exited) or the timeout passes;
+    returns the ones still alive. Exits are seen through pidfds: no polling."""
+    loop = asyncio.get_running_loop()
+    pending: dict[int, int] = {}
+    for pid in pids:
+        try:
+            pending[os.pidfd_open(pid)] = pid
+        except OSError:
+            continue  # already gone
+    if not pending:
+        return set()
+    all_gone = loop.create_future()
+
+    def on_exit(fd: int) -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        del pending[fd]
+        if not pending and not all_gone.done():
+            all_gone.set_result(None)
+
+    for fd in pending:
+        loop.add_reader(fd, on_exit, fd)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(all_gone, timeout_s)
+    alive = set()
+    for fd, pid in pending.items():
+        loop.remove_reader(fd)
+        os.close(fd)
+        if not _exited(pid):
+            alive.add(pid)
+    return alive
+
+
+async def end_session(leader: int, grace_s: float) -> list[int]:
+    """End a PTY session the way a closing terminal would, then make sure.
+
+    SIGHUP (and SIGCONT, so stopped jobs see it) to every process of the session and every
+    descendant of its leader; SIGKILL to whatever is still alive after ``grace_s``. Returns
+    the pids that survived even that. The caller reaps the leader (it is its child).
+    """
+    targets = {leader, *session_members(leader), *descendants(leader)}
+    signal_all(targets, signal.SIGHUP)
+    signal_all(targets, signal.SIGCONT)
+    alive = await wait_exited(targets, grace_s)
+    # Anything forked since the first look (a trap handler's child) goes too.
+    alive |= {*session_members(leader), *descendants(leader)} - targets
+    signal_all(alive, signal.SIGKILL)
+    return sorted(await wait_exited(alive, 1.0))
