@@ -183,3 +183,25 @@ async def end_session(leader: int, grace_s: float) -> list[int]:
     alive |= {*session_members(leader), *descendants(leader)} - targets
     signal_all(alive, signal.SIGKILL)
     return sorted(await wait_exited(alive, 1.0))
+
+
+def processes_marked(name: str, value: str, *, unless: str) -> list[int]:
+    """Live processes whose environment has ``name=value`` but no variable ``unless``.
+
+    Tether marks every process it starts with its thread (R24); a process that left its
+    session (``setsid``) can still be found by that mark, though not stopped by a hangup.
+    """
+    wanted = f"{name}={value}".encode()
+    unwanted = f"{unless}=".encode()
+    found = []
+    for entry in os.scandir(_PROC):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            variables = (_PROC / entry.name / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        marked = wanted in variables and not any(v.startswith(unwanted) for v in variables)
+        if marked and not _exited(int(entry.name)):
+            found.append(int(entry.name))
+    return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tether.guardian.runtime import kernel
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.notify import ChangeNotifier
@@ -22,6 +23,9 @@ from tether.protocol.methods import ResetShellParams, ThreadOpenParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+
+#: After SIGHUP at a reset, how long the old shell's processes get before SIGKILL.
+RESET_GRACE_S = 1.0
 
 
 class Threads:
@@ -117,16 +121,32 @@ class Threads:
         return env
 
     async def reset(self, params: ResetShellParams) -> dict[str, Any]:
-        """Replace the main shell: the old one is hung up, the new one is generation + 1."""
+        """Replace the main shell: the old one's whole session is ended and reaped, the new
+        one is generation + 1. A process of the old shell that survives (or escaped its
+        session) is reported as an orphan on the interrupted record, never adopted (R13)."""
         thread = self._scope.thread_for(params)
         old = self._shells.pop(params.thread_id, None)
+        orphans: list[dict[str, Any]] = []
         if old is not None:
-            old.runtime.hangup()
-            if old.current is not None:
-                self._finisher.finish(old.current, None, reason="shell_reset", status="unknown")
+            interrupted, old.current = old.current, None
+            if interrupted is not None:
+                self._finisher.finish(interrupted, None, reason="shell_reset", status="unknown")
+            survivors = await old.runtime.end_session(RESET_GRACE_S)
+            orphans = [{"pid": pid, "reason": "survived SIGKILL at shell reset"}
+                       for pid in survivors]
+            escaped = set(kernel.processes_marked(
+                "TETHER_THREAD_ID", params.thread_id, unless="TETHER_EXECUTION_ID"))
+            orphans += [{"pid": pid, "reason": "left the shell's session; still running"}
+                        for pid in sorted(escaped - set(survivors))]
+            if interrupted is not None and orphans:
+                record = self._catalog.get_execution(interrupted.execution_id)
+                runtime = (record or {}).get("runtime") or {}
+                self._catalog.update_execution(interrupted.execution_id,
+                                               runtime={**runtime, "orphans": orphans})
             old.close()
         shell = self.ensure_shell(thread)
-        return {"thread_id": params.thread_id, "generation": shell.generation, "cwd": shell.cwd}
+        return {"thread_id": params.thread_id, "generation": shell.generation, "cwd": shell.cwd,
+                "orphans": orphans}
 
     # -- looking up ------------------------------------------------------------------------
 
