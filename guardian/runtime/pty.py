@@ -41,7 +41,10 @@ DRAIN_BOUND_S = 1.0
 #: does not kill children the command left behind, and their last output still arrives.
 #: (A non-interactive bash controls the terminal through its fd 2, so that stays the
 #: terminal; a job killed by a signal is therefore reported on it, e.g. "Killed".)
-_JOB_WRAPPER = 'set -m; "$@"; exit $?'
+#: A hangup does not end the leader before the job: its no-op trap (not an ignored signal,
+#: which the job would inherit) lets it wait, so while the job lives the recorded runtime
+#: process lives too, and a job that outlives its guardian is still reported as an orphan.
+_JOB_WRAPPER = 'trap : HUP; set -m; "$@"; exit $?'
 
 
 def job_argv(command: str) -> list[str]:
