@@ -85,6 +85,13 @@ CREATE TABLE IF NOT EXISTS person_events (
     at_unix_ms INTEGER NOT NULL,
     UNIQUE (execution_id, kind, attach_id)
 );
+CREATE TABLE IF NOT EXISTS execution_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at_unix_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS thread_modes (
     thread_id TEXT PRIMARY KEY,
     mode TEXT NOT NULL,
@@ -338,7 +345,7 @@ class Catalog:
             self._db.execute(
                 f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
             )
-            for table in ("receipts", "person_events"):
+            for table in ("receipts", "person_events", "execution_events"):
                 self._db.execute(
                     f"DELETE FROM {table} WHERE execution_id IN ({marks})", list(execution_ids)
                 )
@@ -402,6 +409,22 @@ class Catalog:
     def person_events(self, execution_id: str) -> list[dict[str, Any]]:
         rows = self._db.execute(
             "SELECT seq, kind, attach_id, at_unix_ms FROM person_events WHERE execution_id = ?"
+            " ORDER BY seq",
+            (execution_id,),
+        ).fetchall()
+        return [dict(row) for row in rows]
+
+    def add_execution_event(self, execution_id: str, kind: str, detail: str) -> None:
+        """Something observed about an execution that changed nothing (an ignored marker)."""
+        self._db.execute(
+            "INSERT INTO execution_events (execution_id, kind, detail, at_unix_ms)"
+            " VALUES (?, ?, ?, ?)",
+            (execution_id, kind, detail, self.clock.now_ms()),
+        )
+
+    def execution_events(self, execution_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT kind, detail, at_unix_ms FROM execution_events WHERE execution_id = ?"
             " ORDER BY seq",
             (execution_id,),
         ).fetchall()

@@ -116,7 +116,10 @@ class Inspector:
 
     async def get_record(self, request: Request, params: ExecGetParams) -> dict[str, Any]:
         self._scope.thread_for(params)
-        return {"execution": self._live.view(self._scope.record_for(params, params.execution_id))}
+        record = self._scope.record_for(params, params.execution_id)
+        # Events: what was observed and changed nothing (a marker the kernel did not confirm).
+        return {"execution": self._live.view(record),
+                "events": self._catalog.execution_events(params.execution_id)}
 
     def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
         """The detection snapshot: the recognition decision and the screen it looked at."""

@@ -20,8 +20,15 @@ import psutil
 
 _PROC = Path("/proc")
 #: Kernel wait channels of a shell that is busy although it sleeps: waiting for a child
-#: (``wait`` for a background job), or reading a pipe (a command substitution).
+#: (``wait`` for a background job), or reading a pipe (a command substitution). Used only
+#: where ``/proc/<pid>/syscall`` cannot be read.
 _BUSY_WAITS = ("do_wait", "pipe_read", "pipe_wait")
+#: System calls a shell at its prompt is blocked in: read, poll, select, pselect6, ppoll.
+#: (A shell blocked writing to a full terminal, or waiting for a child, is busy.)
+_INPUT_SYSCALLS = {
+    "x86_64": {0, 7, 23, 270, 271},
+    "aarch64": {63, 72, 73},
+}.get(os.uname().machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +97,24 @@ def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
             return f"process {child} runs in the shell's foreground group"
     if shell.state != "S":
         return f"the shell is not waiting for input (state {shell.state})"
+    syscall = _blocking_syscall(shell_pid)
+    if syscall is not None and _INPUT_SYSCALLS is not None:
+        if syscall not in _INPUT_SYSCALLS:
+            return f"the shell is blocked in system call {syscall}, not reading input"
+        return None
     wchan = _wait_channel(shell_pid)
     if wchan is not None and any(busy in wchan for busy in _BUSY_WAITS):
         return f"the shell is waiting in {wchan}, not for input"
     return None
+
+
+def _blocking_syscall(pid: int) -> int | None:
+    """The number of the system call ``pid`` is blocked in (None: running, or unreadable)."""
+    try:
+        first = (_PROC / str(pid) / "syscall").read_text().split(maxsplit=1)[0]
+    except (OSError, IndexError):
+        return None
+    return int(first) if first.lstrip("-").isdigit() else None
 
 
 def cwd_of(pid: int) -> str | None:

@@ -1,48 +1,60 @@
 """Shell-integration markers: the rc file Tether starts bash with, and the marker scanner.
 
 The rc file sources the user's own rc (dotfiles are never modified), then installs OSC 133
-markers: ``A`` at each prompt, ``C`` when a command line starts running (from ``PS0``) and
-``D;<exit>`` when it finishes, followed by an OSC 7 cwd report. Every marker carries a
-per-shell nonce (``aid=``) so output that merely contains OSC 133 (a nested shell, ``cat``
-of a recording) can never end a command early.
+markers: ``C`` when a command line starts running (from ``PS0``), ``D;<exit>`` when it
+finishes and ``A`` once per prompt cycle (both from ``PROMPT_COMMAND``). Every marker
+carries a per-shell nonce (``aid=``) so output that merely contains OSC 133 (a nested shell,
+``cat`` of a recording) is ordinary output.
+
+The nonce is kept from child processes: the rc file deletes itself before anything else
+runs, the nonce lives in a shell variable that is never exported, and neither ``PS0`` nor
+``PS1`` contains it (they name variables). What runs *inside* the shell process (a sourced
+script, ``set``, ``declare -p``) can still read it: the nonce only keeps accidents out. A
+forged marker is defeated by the kernel check in ``shell.py`` (see ``kernel.py``), not by
+the nonce. The working directory is read from ``/proc``, never from the output.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 RC_TEMPLATE = r"""# Tether shell integration (generated; your own rc files are sourced, never changed).
+# bash has read this whole file already: delete it before anything else can read it.
+command rm -f -- @RC_PATH@
+__tether_nonce=@NONCE@
+__tether_c=$'\e]133;C;aid='"$__tether_nonce"$'\a'
 if [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi
 if [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi
+# Never exported, even if an rc file turned on allexport.
+export -n __tether_nonce __tether_c
 # Tether types ` . <command file>`; keep those lines out of the user's history.
 HISTCONTROL="ignorespace${HISTCONTROL:+:$HISTCONTROL}"
 __tether_cmd=0
 __tether_prompt() {
   local s=$?
-  if [ "$__tether_cmd" = 1 ]; then printf '\e]133;D;%s;aid=@NONCE@\a' "$s"; __tether_cmd=0; fi
-  printf '\e]7;file://%s%s\a' "${HOSTNAME:-localhost}" "$PWD"
+  if [ "$__tether_cmd" = 1 ]; then printf '\e]133;D;%s;aid=%s\a' "$s" "$__tether_nonce"; __tether_cmd=0; fi
+  printf '\e]133;A;aid=%s\a' "$__tether_nonce"
 }
 PROMPT_COMMAND="__tether_prompt${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
-# PS0 is expanded just before a command line runs: print C, and set the flag through an
-# arithmetic side effect inside an empty substring expansion (PS0 output must stay empty).
-PS0='\e]133;C;aid=@NONCE@\a${__tether_cmd:0:$((__tether_cmd=1,0))}'"${PS0:-}"
-PS1='\[\e]133;A;aid=@NONCE@\a\]'"${PS1:-\\$ }"
+# PS0 is expanded just before a command line runs: print C (named, not spelled out), and set
+# the flag through an arithmetic side effect inside an empty substring expansion.
+PS0='${__tether_c}${__tether_cmd:0:$((__tether_cmd=1,0))}'"${PS0:-}"
 """
 
 
-def rc_text(nonce: str) -> str:
-    """The rc file for a shell whose markers carry ``nonce``."""
-    return RC_TEMPLATE.replace("@NONCE@", nonce)
+def rc_text(nonce: str, path: str) -> str:
+    """The rc file, at ``path``, for a shell whose markers carry ``nonce``."""
+    return RC_TEMPLATE.replace("@NONCE@", nonce).replace("@RC_PATH@", shlex.quote(path))
 
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """One recognised marker: ``kind`` is ``A``, ``C``, ``D`` or ``cwd``."""
+    """One recognised marker: ``kind`` is ``A``, ``C`` or ``D``."""
 
     kind: str
     exit_code: int | None = None
-    cwd: str | None = None
 
 
 #: The longest escape sequence we hold back waiting for its end before giving up on it.
@@ -93,26 +105,20 @@ class MarkerScanner:
             pos = end + term_len
 
     def _parse(self, body: bytes) -> Marker | None:
-        if body.startswith(b"133;"):
-            fields = body[4:].split(b";")
-            if self._tag not in fields:
-                return None
-            kind = fields[0].decode("ascii", "replace")
-            if kind == "D":
-                try:
-                    code = int(fields[1])
-                except (IndexError, ValueError):
-                    code = None
-                return Marker("D", exit_code=code)
-            if kind in ("A", "B", "C"):
-                return Marker(kind)
+        if not body.startswith(b"133;"):
+            return None  # OSC 7 (cwd) and the rest are ordinary output: cwd comes from /proc
+        fields = body[4:].split(b";")
+        if self._tag not in fields:
             return None
-        if body.startswith(b"7;file://"):
-            # The rc prints $PWD raw (no percent-encoding): the path is everything from the
-            # first slash after the host.
-            rest = body[len(b"7;file://") :]
-            slash = rest.find(b"/")
-            return Marker("cwd", cwd=rest[slash:].decode("utf-8", "replace") if slash >= 0 else "/")
+        kind = fields[0].decode("ascii", "replace")
+        if kind == "D":
+            try:
+                code = int(fields[1])
+            except (IndexError, ValueError):
+                code = None
+            return Marker("D", exit_code=code)
+        if kind in ("A", "B", "C"):
+            return Marker(kind)
         return None
 
 

@@ -125,6 +125,11 @@ class PtyRuntime:
         return identity
 
     @property
+    def fd(self) -> int | None:
+        """The terminal's controlling side (for kernel questions), while it is open."""
+        return None if self._proc is None or self._proc.fd < 0 else int(self._proc.fd)
+
+    @property
     def pid(self) -> int | None:
         return None if self._proc is None else int(self._proc.pid)
 

@@ -6,6 +6,13 @@ of leaving the shell waiting at a continuation prompt: a short command as
 `` eval $'<command>'`` with every byte that readline or history expansion could act on
 escaped, a long one written to a private file and run as `` . <file>`` (readline redraws a
 long line as it is typed). The bytes between ``C`` and ``D`` are the execution's output.
+
+An end marker is only a claim: the command has ended when the kernel confirms that the
+shell is back at its prompt (``kernel.why_not_at_prompt``), checked right after the marker
+and then with a backoff. Until then the shell stays busy and the bytes after the marker are
+held; a later end marker, or more output than any prompt, shows the first was forged: it is
+recorded as an event and what it held is the command's output. The working directory is
+read from ``/proc`` at a confirmed end.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ import os
 import secrets
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.markers import Marker, MarkerScanner, rc_text
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
@@ -53,6 +62,12 @@ def inline_line(command: str) -> str | None:
     return f" eval $'{body}\\n'\r"
 
 
+#: Delays between kernel checks after an end marker (the last one repeats).
+CHECK_BACKOFF_S = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+#: Bytes held after an unconfirmed end marker; more than any prompt prints.
+HELD_LIMIT = 64 * 1024
+
+
 class ShellListener(Protocol):
     """What the guardian wants to hear from a main shell."""
 
@@ -61,6 +76,8 @@ class ShellListener(Protocol):
     def shell_exited(self, shell: MainShell, status: ExitStatus) -> None: ...
 
     def command_discarded(self, live: LiveExecution) -> None: ...
+
+    def marker_ignored(self, live: LiveExecution, detail: str) -> None: ...
 
     def output_arrived(self) -> None: ...
 
@@ -88,7 +105,7 @@ class MainShell:
         nonce = secrets.token_hex(8)
         self._scanner = MarkerScanner(nonce)
         self.rc_path = scratch / f"bashrc-{thread_id}-{generation}"
-        write_private_file(self.rc_path, rc_text(nonce).encode())
+        write_private_file(self.rc_path, rc_text(nonce, str(self.rc_path)).encode())
         self.screen = TerminalScreen(cols=cols, rows=rows, respond=self._respond)
         self.runtime = PtyRuntime(
             ["bash", "--rcfile", str(self.rc_path), "-i"],
@@ -101,14 +118,18 @@ class MainShell:
         )
         self.screen.flow = self.runtime.set_reading  # emulation paces a runaway program
         self.current: LiveExecution | None = None
-        self._in_command = False  # between a C and a D marker
+        self._in_command = False  # from a C marker until the kernel confirms the end
         self._command_file: Path | None = None
-        # Set by D, reported at the OSC 7 that follows it, when the new cwd is known.
-        self._finished: tuple[LiveExecution, int | None] | None = None
+        # An end marker seen, not yet confirmed: its exit code, and the bytes after it (a
+        # prompt if the end is real; the command's output if the marker was forged).
+        self._end: _EndCandidate | None = None
+        self._check: asyncio.TimerHandle | None = None
+        self._check_step = 0
         # Set at the first prompt: typing before it races the shell's startup.
         self.ready = asyncio.Event()
         # The typed command line has not started running yet (no C since it was typed).
         self._awaiting_start = False
+        self._discard_check = False
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
@@ -143,51 +164,141 @@ class MainShell:
     def _respond(self, data: bytes) -> None:
         self.runtime.answer_query(data)
 
+    # -- output and markers ----------------------------------------------------------------
+
     def _on_output(self, data: bytes) -> None:
         self.screen.feed(data)
-        current = self.current
         for piece in self._scanner.feed(data):
             if isinstance(piece, Marker):
                 self._on_marker(piece)
-            elif self._in_command and current is not None:
-                current.append_output(piece)
+            elif self._end is not None:
+                self._end.held.append(piece)
+                self._end.held_bytes += len(piece)
+                if self._end.held_bytes > HELD_LIMIT:
+                    # No prompt is this long: the marker was not the shell's.
+                    self._reject_end("more output followed it")
+            elif self._in_command and self.current is not None:
+                self.current.append_output(piece)
         self._listener.output_arrived()
 
     def _on_marker(self, marker: Marker) -> None:
         if marker.kind == "A":
             self.ready.set()
-        elif marker.kind == "C":
-            self._in_command = True
-            self._awaiting_start = False
-        elif marker.kind == "D":
-            self._in_command = False
-            finished, self.current = self.current, None
-            if self._command_file is not None:
-                self._command_file.unlink(missing_ok=True)
-                self._command_file = None
-            if finished is not None:
-                self._finished = (finished, marker.exit_code)
-        elif marker.kind == "cwd" and marker.cwd:
-            # OSC 7 comes from PROMPT_COMMAND, once per prompt cycle, right after D.
-            self.cwd = marker.cwd
-            pending = self._finished
-            if pending is not None:
-                self._finished = None
-                self._listener.command_finished(pending[0], pending[1])
+            if self._end is not None:
+                self._schedule_check(restart=True)
             elif self._awaiting_start and self.current is not None:
-                # A whole new prompt cycle although our line never started: the terminal
-                # discarded it (an interrupt flushes the tty's input queue). It did not run.
-                # (A bare A marker is not enough: readline re-prints the prompt on SIGWINCH.)
-                discarded, self.current = self.current, None
+                # A whole new prompt cycle (A comes from PROMPT_COMMAND, once per cycle)
+                # although our line never started: the terminal discarded it (an interrupt
+                # flushes the tty's input queue) - once the kernel agrees the shell is idle.
+                self._discard_check = True
+                self._schedule_check(restart=True)
+        elif marker.kind == "C":
+            if self._end is None:
+                self._in_command = True
                 self._awaiting_start = False
-                self._listener.command_discarded(discarded)
+                self._discard_check = False
+        elif marker.kind == "D":
+            if not self._in_command:
+                self._ignored(f"end marker (exit {marker.exit_code}) while no command line ran")
+                return
+            if self._end is not None:
+                self._reject_end("a later end marker followed it")
+            self._end = _EndCandidate(marker.exit_code)
+            self._schedule_check(restart=True)
+
+    # -- the kernel's confirmation ---------------------------------------------------------
+
+    def _schedule_check(self, *, restart: bool) -> None:
+        """Check now-ish, then back off: a real prompt is reached within milliseconds of its
+        markers, a forged one is never reached until the command really ends."""
+        if restart:
+            self._check_step = 0
+        if self._check is not None:
+            self._check.cancel()
+        delay = CHECK_BACKOFF_S[min(self._check_step, len(CHECK_BACKOFF_S) - 1)]
+        self._check_step += 1
+        self._check = asyncio.get_running_loop().call_later(delay, self._run_check)
+
+    def _run_check(self) -> None:
+        self._check = None
+        if self._end is None and not self._discard_check:
+            return
+        fd, pid = self.runtime.fd, self.runtime.pid
+        if fd is None or pid is None or not self.runtime.alive:
+            return  # the exit handler takes over
+        reason = kernel.why_not_at_prompt(fd, pid)
+        if reason is not None:
+            if self._end is not None:
+                self._end.last_reason = reason
+            self._schedule_check(restart=False)
+            return
+        if self._end is not None:
+            self._confirm_end()
+        elif self._discard_check and self._awaiting_start and self.current is not None:
+            self._discard_check = False
+            discarded, self.current = self.current, None
+            self._awaiting_start = False
+            self._listener.command_discarded(discarded)
+
+    def _confirm_end(self) -> None:
+        """The shell is back at its prompt: the command ended with the marker's exit code,
+        in the directory the kernel reports. Bytes after the marker were the prompt."""
+        assert self._end is not None
+        exit_code, self._end = self._end.exit_code, None
+        self._in_command = False
+        self._unlink_command_file()
+        pid = self.runtime.pid
+        cwd = kernel.cwd_of(pid) if pid is not None else None
+        if cwd is not None:
+            self.cwd = cwd
+        finished, self.current = self.current, None
+        if finished is not None:
+            self._listener.command_finished(finished, exit_code)
+
+    def _reject_end(self, why: str) -> None:
+        """The end marker was not the shell's: what followed it is the command's output."""
+        assert self._end is not None
+        candidate, self._end = self._end, None
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
+        if self.current is not None:
+            for piece in candidate.held:
+                self.current.append_output(piece)
+        self._ignored(f"end marker (exit {candidate.exit_code}) ignored: {why}; the kernel "
+                      f"said {candidate.last_reason or 'nothing yet'}")
+
+    def _ignored(self, detail: str) -> None:
+        if self.current is not None:
+            self._listener.marker_ignored(self.current, detail)
+
+    # -- exit ------------------------------------------------------------------------------
+
+    def _unlink_command_file(self) -> None:
+        if self._command_file is not None:
+            self._command_file.unlink(missing_ok=True)
+            self._command_file = None
 
     def _on_exit(self, status: ExitStatus) -> None:
         self._in_command = False
-        if self._command_file is not None:
-            self._command_file.unlink(missing_ok=True)
+        self._end = None
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
+        self._unlink_command_file()
         self._listener.shell_exited(self, status)
 
     def close(self) -> None:
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
         self.runtime.close()
         self.rc_path.unlink(missing_ok=True)
+
+
+@dataclass(slots=True)
+class _EndCandidate:
+    exit_code: int | None
+    held: list[bytes] = field(default_factory=list)
+    held_bytes: int = 0
+    last_reason: str | None = None

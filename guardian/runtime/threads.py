@@ -7,6 +7,7 @@ from here and nowhere else.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -23,6 +24,8 @@ from tether.protocol.methods import ResetShellParams, ThreadOpenParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+
+log = logging.getLogger(__name__)
 
 #: After SIGHUP at a reset, how long the old shell's processes get before SIGKILL.
 RESET_GRACE_S = 1.0
@@ -166,6 +169,11 @@ class Threads:
 
     def command_finished(self, live: LiveExecution, exit_code: int | None) -> None:
         self._finisher.finish(live, exit_code)
+
+    def marker_ignored(self, live: LiveExecution, detail: str) -> None:
+        """A marker the kernel did not confirm: kept as an event of the execution."""
+        log.warning("execution %s: %s", live.execution_id, detail)
+        self._catalog.add_execution_event(live.execution_id, "marker_ignored", detail)
 
     def command_discarded(self, live: LiveExecution) -> None:
         self._finisher.finish(live, None, reason="discarded_before_start", status="unknown")
