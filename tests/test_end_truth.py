@@ -162,7 +162,7 @@ async def test_full_disk_loses_no_exit(
     session = await initialize(client, workspace)
     guardian_pid = session["guardian"]["pid"]
     expected = {}
-    fg = await run(client, session, "echo fg-start; sleep 1.5; echo fg-end; exit 3", wait=0)
+    fg = await run(client, session, "echo fg-start; sleep 1.5; echo fg-end; (exit 3)", wait=0)
     expected[fg["execution_id"]] = 3
     for code in (4, 5):
         bg = await bash(client, session, {"type": "command", "is_background": True,
@@ -192,7 +192,12 @@ async def test_full_disk_loses_no_exit(
          what=f"catalog to hold {truth}")
     after = await run(client, session, "echo after")
     assert after["output"].strip() == "after"
-    assert session["guardian"]["pid"] == guardian_pid
+    again = await initialize(client, workspace, session["thread_id"])
+    assert again["guardian"]["pid"] == guardian_pid  # the guardian never died
+    assert again["generation"] == session["generation"]  # nor did the shell
+    texts = {eid: "".join(p["text"] for p in await read_pages(client, session, eid))
+             for eid in ids}
+    assert texts[fg["execution_id"]].split() == ["fg-start", "fg-end"]
 
 
 # -- reset_shell --------------------------------------------------------------------------
