@@ -16,8 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 _PROC = Path("/proc")
 #: Kernel wait channels of a shell that is busy although it sleeps: waiting for a child
 #: (``wait`` for a background job), or reading a pipe (a command substitution). Used only
@@ -67,10 +65,19 @@ def _wait_channel(pid: int) -> str | None:
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in (_PROC / str(pid) / "task" / str(pid) / "children").read_text().split()]
-    except (OSError, ValueError):
-        with contextlib.suppress(psutil.Error):
-            return [c.pid for c in psutil.Process(pid).children()]
-        return []
+    except (OSError, ValueError):  # a kernel without CONFIG_PROC_CHILDREN
+        return [stat.pid for stat in _all_processes() if stat.ppid == pid]
+
+
+def _all_processes() -> list[ProcStat]:
+    """Every process's stat (no psutil in the guardian: it costs resident memory)."""
+    stats = []
+    for entry in os.scandir(_PROC):
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None:
+                stats.append(stat)
+    return stats
 
 
 def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
@@ -127,20 +134,21 @@ def cwd_of(pid: int) -> str | None:
 
 def session_members(session_id: int) -> list[int]:
     """Every live process of a session (the session id is its leader's pid)."""
-    members = []
-    for entry in os.scandir(_PROC):
-        if entry.name.isdigit():
-            stat = proc_stat(int(entry.name))
-            if stat is not None and stat.session == session_id and stat.state != "Z":
-                members.append(stat.pid)
-    return members
+    return [s.pid for s in _all_processes() if s.session == session_id and s.state != "Z"]
 
 
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (including those that left its session)."""
-    with contextlib.suppress(psutil.Error):
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    return []
+    children: dict[int, list[int]] = {}
+    for stat in _all_processes():
+        if stat.state != "Z":
+            children.setdefault(stat.ppid, []).append(stat.pid)
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
 
 
 def signal_all(pids: Iterable[int], sig: int) -> None:
