@@ -19,6 +19,10 @@ from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
+#: Threads whose mode a long-running server remembers at most.
+MAX_KNOWN_MODES = 4096
+
+
 class KnownModes:
     """The mode each thread had when this front-end last looked: a hint, verified by the
     guardian on every input (a stale entry costs a retry, never a wrong delivery)."""
@@ -30,6 +34,8 @@ class KnownModes:
         return self._seen.get(key)
 
     def remember(self, key: tuple[str, str, str], mode: ModeSpec) -> None:
+        if len(self._seen) >= MAX_KNOWN_MODES:
+            self._seen.clear()  # only a hint: forgetting costs one thread.mode read each
         self._seen[key] = mode
 
     def forget(self, key: tuple[str, str, str]) -> None:
