@@ -17,6 +17,7 @@ from tether.frontend.guardians import GuardianLocator, read_info
 from tether.frontend.health import process_status
 from tether.frontend.person.term import Progress
 from tether.protocol.errors import TetherError
+from tether.protocol.results import HelloResult, ShutdownResult, read_result
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import Version
 from tether.shared.config import Config
@@ -46,9 +47,11 @@ async def _shutdown(info: dict[str, Any], *, dry_run: bool) -> list[str]:
     client = GuardianClient(info["endpoint"], info["auth_token"], version=Version(1, 0),
                             instance_id=info["instance_id"])
     try:
-        result = await client.call(
+        reply = await client.call(
             "guardian.shutdown", {"reason": "tether guardians", "dry_run": dry_run}, timeout_s=5)
-        return list(result.get("running_executions", []))
+        result = read_result("guardian.shutdown", reply)
+        assert isinstance(result, ShutdownResult)
+        return list(result.running_executions)
     finally:
         client.close()
 
@@ -57,8 +60,9 @@ async def _answers(info: dict[str, Any]) -> bool:
     """Whether the guardian answers a handshake within a moment."""
     client = GuardianClient(info["endpoint"], info["auth_token"], version=Version(1, 0))
     try:
-        hello = await client.call("hello", {}, timeout_s=ANSWER_TIMEOUT_S)
-        return bool(hello.get("instance_id") == info["instance_id"])
+        hello = read_result("hello", await client.call("hello", {}, timeout_s=ANSWER_TIMEOUT_S))
+        assert isinstance(hello, HelloResult)
+        return bool(hello.instance_id == info["instance_id"])
     except TetherError:
         return False
     finally:

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import filelock
+from pydantic import ValidationError
 
 from tether.frontend import usage
 from tether.frontend.health import unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import METHODS
+from tether.protocol.results import HelloResult, read_result
 from tether.protocol.transport import REPLY_GRACE_S, GuardianClient
 from tether.protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
 from tether.shared.catalog import Catalog, peek_thread
@@ -82,8 +84,9 @@ class GuardianHandle:
         )
 
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
+        """Call ``method``; the reply comes back as its model (``protocol.results.RESULTS``)."""
         self.require(METHODS[method][1])
-        return await self.client.call(method, params, timeout_s=timeout_s)
+        return read_result(method, await self.client.call(method, params, timeout_s=timeout_s))
 
 
 class GuardianLocator:
@@ -259,10 +262,15 @@ class GuardianLocator:
                 raise unresponsive(paths, info, where,
                                    waited_s=HELLO_TIMEOUT_S + REPLY_GRACE_S) from None
             return None
-        if hello.get("instance_id") != info["instance_id"]:
+        try:
+            greeting = HelloResult.model_validate(hello)
+        except ValidationError:
             client.close()
             return None
-        chosen = Version(*hello["version"])
+        if greeting.instance_id != info["instance_id"]:
+            client.close()
+            return None
+        chosen = Version(*greeting.version)
         if chosen.major != MAJOR:
             client.close()
             raise TetherError(
@@ -274,7 +282,7 @@ class GuardianLocator:
                  "operator_action_required": True, "input_sent": False},
             )
         client.version = chosen
-        return GuardianHandle(paths, info, client, chosen, frozenset(hello["capabilities"]))
+        return GuardianHandle(paths, info, client, chosen, frozenset(greeting.capabilities))
 
     def _start_locked(self, paths: GuardianPaths,
                       workspace_root: str) -> tuple[list[dict[str, Any]], bool]:

@@ -26,6 +26,7 @@ from tether.frontend.shell_policy import Violation, check_command, denied
 from tether.frontend.tools.base import Session
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec, mode_fingerprint
+from tether.protocol.results import ThreadModeResult
 from tether.protocol.versions import Capability
 
 T = TypeVar("T")
@@ -59,21 +60,22 @@ async def thread_mode(session: Session, root: str, scope: dict[str, Any], *,
     known = None if fresh else session.modes.get(key)
     if known is not None and known.name == "wcgw":
         return known, root  # nothing to check, so no cwd needed; the guardian verifies
-    reply = await session.locator.call(root, "thread.mode", scope, timeout_s=RPC_TIMEOUT_S)
-    mode = ModeSpec.model_validate(reply["mode"])
+    reply: ThreadModeResult = await session.locator.call(root, "thread.mode", scope,
+                                                         timeout_s=RPC_TIMEOUT_S)
+    mode = ModeSpec.model_validate(reply.mode.wire())
     session.modes.remember(key, mode)
-    return mode, str(reply["cwd"])
+    return mode, reply.cwd
 
 
 async def set_thread_mode(
     session: Session, root: str, scope: dict[str, Any], mode: ModeSpec
 ) -> ModeSpec:
     """Store ``mode`` on the thread; ``capability_missing`` on a guardian without modes."""
-    reply = await session.locator.call(
+    reply: ThreadModeResult = await session.locator.call(
         root, "thread.set_mode", {**scope, "mode": mode.model_dump(mode="json")},
         timeout_s=RPC_TIMEOUT_S,
     )
-    stored = ModeSpec.model_validate(reply["mode"])
+    stored = ModeSpec.model_validate(reply.mode.wire())
     session.modes.remember(_key(session, root, scope), stored)
     return stored
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
+from tether.protocol.results import Result
 from tether.protocol.versions import Capability
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -49,7 +50,10 @@ class Found:
             raise self.error or TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
                                             f"the guardian of {self.workspace} is not running")
         self.handle.require(Capability.PERSON_VIEW)
-        return await self.handle.call(method, {**self.scope(), **params}, timeout_s=timeout_s)
+        # Read through the method's result model, then handed to the person's views as data.
+        reply: Result = await self.handle.call(method, {**self.scope(), **params},
+                                               timeout_s=timeout_s)
+        return reply.wire()
 
 
     async def watch(self, interval_s: float = 0.5) -> None:

@@ -12,10 +12,12 @@ import mcp_types as types
 
 from tether.frontend import results
 from tether.frontend.modes import Guard, check_agent_action, send_checked
+from tether.frontend.outputs import AgentOutput
 from tether.frontend.schemas import AgentArgs, wire_cursor
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
+from tether.protocol.results import Result
 
 
 class AgentTool(Tool):
@@ -29,6 +31,7 @@ class AgentTool(Tool):
         "and whether the agent's turn came back."
     )
     args_model = AgentArgs
+    output_model = AgentOutput
     annotations = types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, open_world_hint=True
     )
@@ -44,7 +47,13 @@ class AgentTool(Tool):
         root, scope = session.scope(args.thread_id, args.workspace_root)
         # Who may do this action, in this thread's mode: checked before anything is sent.
         first_guard = await check_agent_action(session, root, scope, args.action)
-        call = session.locator.call
+
+        async def call(root: str, method: str, params: dict[str, Any], *,
+                       timeout_s: float) -> dict[str, Any]:
+            """The reply, read through its model, as this tool's data (it adds recognition)."""
+            reply: Result = await session.locator.call(root, method, params, timeout_s=timeout_s)
+            return reply.wire()
+
         async def recognition(execution_id: str) -> dict[str, Any]:
             """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
             explained = await call(root, "exec.explain", {

@@ -83,6 +83,8 @@ class Tool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     args_model: ClassVar[type[BaseModel]]
+    #: The model of the structured content (``{ok, status, code?, message?, data}``).
+    output_model: ClassVar[type[BaseModel]]
     annotations: ClassVar[types.ToolAnnotations | None] = None
 
     def definition(self) -> types.Tool:
@@ -90,6 +92,7 @@ class Tool(ABC):
             name=self.name,
             description=self.description,
             input_schema=self.args_model.model_json_schema(),
+            output_schema=self.output_model.model_json_schema(),
             annotations=self.annotations,
         )
 

@@ -10,6 +10,7 @@ import mcp_types as types
 
 from tether.frontend import results
 from tether.frontend.modes import Guard, check_bash_action, send_checked
+from tether.frontend.outputs import BashCommandOutput
 from tether.frontend.schemas import (
     BashCommandArgs,
     CommandAction,
@@ -27,6 +28,7 @@ from tether.protocol.limits import (
     MAX_INPUT_WAIT_MS,
     RPC_SLACK_S,
 )
+from tether.protocol.results import ExecResult, ScreenResult, WaitTurnResult
 
 PROGRESS_EVERY_S = 1.0
 
@@ -41,6 +43,7 @@ class BashCommandTool(Tool):
         "then is status=running with its execution_id."
     )
     args_model = BashCommandArgs
+    output_model = BashCommandOutput
     annotations = types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, open_world_hint=True
     )
@@ -76,22 +79,21 @@ class BashCommandTool(Tool):
             else:
                 params["keys"] = action.keys
         elif isinstance(action, WaitForTurnAction):
-            turn = await _with_progress(session.locator.call(
+            turn: WaitTurnResult = await _with_progress(session.locator.call(
                 root, "exec.wait_turn",
                 {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer,
                  "quiet_ms": action.quiet_ms, "timeout_ms": int(action.timeout_seconds * 1000)},
                 timeout_s=action.timeout_seconds + RPC_SLACK_S), progress, action.timeout_seconds)
-            state = turn["recognition"]["state"]
-            return results.ok(turn, f"{turn['outcome']}: {state} "
-                                    f"(rule {turn['recognition']['rule']})")
+            return results.ok(turn.wire(), f"{turn.outcome}: {turn.recognition.state} "
+                                           f"(rule {turn.recognition.rule})")
         else:
             assert isinstance(action, ScreenAction)
-            screen = await session.locator.call(
+            screen: ScreenResult = await session.locator.call(
                 root, "exec.screen",
                 {**scope, "execution_id": action.execution_id, "lines": action.lines},
                 timeout_s=RPC_SLACK_S,
             )
-            return results.ok({"screen": screen}, screen.get("text") or "(empty screen)")
+            return results.ok({"screen": screen.wire()}, screen.text or "(empty screen)")
 
         async def check(fresh: bool) -> Guard:
             return await check_bash_action(session, root, scope, action, fresh=fresh)
@@ -129,28 +131,28 @@ _DELIVERY_FIELDS = ("delivery", "terminal_mode", "terminal_mode_after", "reads_k
                     "screen_changed", "echo_seen", "warning")
 
 
-def _execution_result(reply: dict[str, Any]) -> types.CallToolResult:
-    execution = reply["execution"]
-    output = reply.get("output", {})
+def _execution_result(reply: ExecResult) -> types.CallToolResult:
+    execution, output = reply.execution, reply.output
     data: dict[str, Any] = {
-        "execution_id": execution["execution_id"],
-        "status": execution["status"],
-        "exit_code": execution["exit_code"],
-        "reason": execution.get("reason"),
-        "cwd": reply.get("cwd"),
-        "output": output.get("text", ""),
-        "output_start": output.get("start"),
-        "output_end": output.get("end"),
-        "output_truncated": output.get("truncated", False),
-        "generation": execution.get("generation"),
-        "kind": execution.get("kind"),
+        "execution_id": execution.execution_id,
+        "status": execution.status,
+        "exit_code": execution.exit_code,
+        "reason": execution.reason,
+        "cwd": reply.cwd,
+        "output": output.text,
+        "output_start": output.start,
+        "output_end": output.end,
+        "output_truncated": output.truncated,
+        "generation": execution.generation,
+        "kind": execution.kind,
     }
-    if "input" in reply:
-        data["input_sent"] = reply["input"].get("input_sent", True)
+    if reply.input is not None:
+        typed = reply.input.wire()
+        data["input_sent"] = typed.get("input_sent", True)
         # What delivery looked like (guardians before 1.3 do not say): see InputDesk.observe.
         for key in _DELIVERY_FIELDS:
-            if key in reply["input"]:
-                data[key] = reply["input"][key]
+            if key in typed:
+                data[key] = typed[key]
     text = data["output"]
     trailer = f"[{data['status']}"
     if data["exit_code"] is not None:

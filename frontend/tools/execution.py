@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import mcp_types as types
 
 from tether.frontend import results
+from tether.frontend.outputs import ExecutionOutput
 from tether.frontend.schemas import (
     ExecutionArgs,
     ExplainAction,
@@ -20,6 +19,14 @@ from tether.frontend.schemas import (
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode
 from tether.protocol.limits import RPC_SLACK_S
+from tether.protocol.results import (
+    ExplainResult,
+    GetResult,
+    ListResult,
+    ObserveResult,
+    ReadResult,
+    WaitResult,
+)
 
 
 class ExecutionTool(Tool):
@@ -31,6 +38,7 @@ class ExecutionTool(Tool):
         "timeout_seconds}."
     )
     args_model = ExecutionArgs
+    output_model = ExecutionOutput
     annotations = types.ToolAnnotations(
         read_only_hint=True, destructive_hint=False, open_world_hint=False
     )
@@ -42,63 +50,67 @@ class ExecutionTool(Tool):
         action = args.action
         call = session.locator.call
         if isinstance(action, ListAction):
-            data = await call(root, "exec.list", {**scope, "limit": action.limit},
-                              timeout_s=RPC_SLACK_S)
-            lines = [f"{r['execution_id']} {r['status']} {r['exit_code']} {r['command'][:80]}"
-                     for r in data["executions"]]
-            return results.ok(data, "\n".join(lines) or "no executions yet")
+            listed: ListResult = await call(root, "exec.list", {**scope, "limit": action.limit},
+                                            timeout_s=RPC_SLACK_S)
+            lines = [f"{r.execution_id} {r.status} {r.exit_code} {(r.command or '')[:80]}"
+                     for r in listed.executions]
+            return results.ok(listed.wire(), "\n".join(lines) or "no executions yet")
         if isinstance(action, GetAction):
-            data = await call(root, "exec.get", {**scope, "execution_id": action.execution_id},
-                              timeout_s=RPC_SLACK_S)
+            got: GetResult = await call(root, "exec.get",
+                                        {**scope, "execution_id": action.execution_id},
+                                        timeout_s=RPC_SLACK_S)
+            data = got.wire()
             return results.ok(data, results.json_text(data["execution"]))
         if isinstance(action, ReadAction):
-            data = await call(
+            page: ReadResult = await call(
                 root, "exec.read",
                 {**scope, "execution_id": action.execution_id, "source": action.source,
                  "page_bytes": action.page_bytes, "cursor": action.cursor},
                 timeout_s=RPC_SLACK_S,
             )
-            return results.ok(data, data["text"] or "(empty page)")
+            return results.ok(page.wire(), page.text or "(empty page)")
         if isinstance(action, ObserveAction):
             timeout_ms = int(action.timeout_seconds * 1000)
-            data = await call(
+            observed: ObserveResult = await call(
                 root, "exec.observe",
                 {**scope, "items": [item.model_dump() for item in action.items],
                  "timeout_ms": timeout_ms},
                 timeout_s=(timeout_ms / 1000 or 0.25) + RPC_SLACK_S,
             )
+            data = observed.wire()
             if data.pop("completed_with_issues", False):
                 return results.issues(
                     data, ErrorCode.EXECUTION_OBSERVATION_ISSUES.value,
                     "some observe items failed; see each item's errors",
                 )
-            return results.ok(data, _observe_text(data))
+            return results.ok(data, _observe_text(observed))
         if isinstance(action, ExplainAction):
-            data = await call(root, "exec.explain", {**scope, "execution_id": action.execution_id,
-                                                     "recognizer": action.recognizer},
-                              timeout_s=RPC_SLACK_S)
-            decision = data["recognition"]
-            return results.ok(data, f"{decision['state']} (recognizer {decision['recognizer']}, "
-                                    f"rule {decision['rule']}, reason {decision['reason']})")
+            explained: ExplainResult = await call(
+                root, "exec.explain",
+                {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer},
+                timeout_s=RPC_SLACK_S)
+            decision = explained.recognition
+            return results.ok(explained.wire(),
+                              f"{decision.state} (recognizer {decision.recognizer}, "
+                              f"rule {decision.rule}, reason {decision.reason})")
         assert isinstance(action, WaitAction)
         timeout_ms = int(action.timeout_seconds * 1000)
-        data = await call(
+        waited: WaitResult = await call(
             root, "exec.wait",
             {**scope, "execution_ids": action.execution_ids, "after": wire_cursor(action.after),
              "timeout_ms": timeout_ms, "events": action.events},
             timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
         )
-        text = f"{data['outcome']}: " + ", ".join(
-            f"{r['execution_id']} {r['status']}" for r in data["changed"]
+        text = f"{waited.outcome}: " + ", ".join(
+            f"{r.execution_id} {r.status}" for r in waited.changed
         )
-        return results.ok(data, text)
+        return results.ok(waited.wire(), text)
 
 
-def _observe_text(data: dict[str, Any]) -> str:
+def _observe_text(observed: ObserveResult) -> str:
     parts = []
-    for item in data["items"]:
-        execution = item.get("execution") or {}
-        page = item.get("page") or {}
-        parts.append(f"## {execution.get('execution_id')} {execution.get('status')}\n"
-                     f"{page.get('text', '')}")
+    for item in observed.items:
+        execution, page = item.execution, item.page
+        parts.append(f"## {execution.execution_id if execution else None} "
+                     f"{execution.status if execution else None}\n{page.text if page else ''}")
     return "\n".join(parts)

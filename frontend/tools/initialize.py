@@ -11,11 +11,13 @@ from tether.frontend.authority import BASH
 from tether.frontend.guardians import GuardianHandle
 from tether.frontend.health import unresponsive
 from tether.frontend.modes import set_thread_mode, thread_mode
+from tether.frontend.outputs import InitializeOutput
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 from tether.protocol.transport import REPLY_GRACE_S
+from tether.protocol.results import ResetShellResult, ThreadOpenResult
 
 #: Opening a thread may start its guardian and its shell: more than an ordinary call.
 THREAD_OPEN_TIMEOUT_S = 15.0
@@ -33,6 +35,7 @@ class InitializeTool(Tool):
         "code_writer.allowed_commands and allowed_globs); first_call may set it too."
     )
     args_model = InitializeArgs
+    output_model = InitializeOutput
     annotations = types.ToolAnnotations(read_only_hint=False, destructive_hint=False)
 
     async def run(
@@ -50,22 +53,24 @@ class InitializeTool(Tool):
             if args.thread_id is None:
                 raise ValueError("reset_shell needs thread_id")
             session.caller.check_tool(BASH)  # replacing the shell ends what runs in it
-            thread = await locator.call(
+            reset: ResetShellResult = await locator.call(
                 root, "thread.reset_shell",
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id, "idempotency_key": session.idempotency_key()},
                 timeout_s=THREAD_OPEN_TIMEOUT_S,
             )
+            thread = reset.wire()
             handle = await locator.handle(root)
         else:
             if args.type == "change_mode" and args.thread_id is None:
                 raise ValueError("change_mode needs thread_id (from a first_call)")
-            thread = await locator.call(
+            opened: ThreadOpenResult = await locator.call(
                 root, "thread.open",
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id},
                 timeout_s=THREAD_OPEN_TIMEOUT_S,
             )
+            thread = opened.wire()
             handle = await locator.handle(root)
         data: dict[str, Any] = {
             "thread_id": thread.get("thread_id", args.thread_id),
@@ -130,7 +135,7 @@ async def _status(session: Session, root: str, thread_id: str | None,
         return {}
     if handle is not None:
         try:
-            result: dict[str, Any] = await handle.call(
+            status: ThreadOpenResult = await handle.call(
                 "thread.open", {"principal": session.principal, "workspace_root": root,
                                 "thread_id": thread_id, "read_only": True},
                 timeout_s=STATUS_TIMEOUT_S)
@@ -140,7 +145,7 @@ async def _status(session: Session, root: str, thread_id: str | None,
                 raise unresponsive(handle.paths, handle.info, root,
                                    waited_s=STATUS_TIMEOUT_S + REPLY_GRACE_S) from None
             raise
-        return result
+        return status.wire()
     row = session.locator.known_thread(root, thread_id)
     if row is None:
         raise TetherError(

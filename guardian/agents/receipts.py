@@ -28,6 +28,7 @@ from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PROMPT_BYTES
 from tether.protocol.methods import AgentPromptParams, AgentReceiptParams
+from tether.protocol.results import PromptResult
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -68,7 +69,7 @@ class PromptDesk:
     def handlers(self) -> dict[str, Any]:
         return {"agent.prompt": self.prompt, "agent.receipt": self.receipt}
 
-    async def prompt(self, request: Request, params: AgentPromptParams) -> dict[str, Any]:
+    async def prompt(self, request: Request, params: AgentPromptParams) -> PromptResult:
         self._scope.thread_for(params)
         size = len(params.text.encode())
         if size > MAX_PROMPT_BYTES:
@@ -89,7 +90,7 @@ class PromptDesk:
                     "this execution; nothing was typed. Use a new prompt_id for new text.",
                     {"input_sent": False},
                 )
-            return {"receipt": stored[1], "replayed": True, "input_sent": False}
+            return PromptResult.model_validate({"receipt": stored[1], "replayed": True, "input_sent": False})
         live = self._live.get(params.execution_id)
         if live is None:
             raise TetherError(
@@ -143,9 +144,9 @@ class PromptDesk:
             receipt["observed_at_unix_ms"] = self._clock.now_ms()
             catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
         await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
-        return {"receipt": receipt, "replayed": False, "input_sent": True}
+        return PromptResult.model_validate({"receipt": receipt, "replayed": False, "input_sent": True})
 
-    async def receipt(self, request: Request, params: AgentReceiptParams) -> dict[str, Any]:
+    async def receipt(self, request: Request, params: AgentReceiptParams) -> PromptResult:
         """The stored receipt, observed further for up to ``timeout_ms`` while still live."""
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
@@ -159,7 +160,7 @@ class PromptDesk:
         live = self._live.get(params.execution_id)
         if live is not None and live.generation == receipt["generation"] and receipt["delivered"]:
             await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
-        return {"receipt": receipt, "replayed": True, "input_sent": False}
+        return PromptResult.model_validate({"receipt": receipt, "replayed": True, "input_sent": False})
 
     def _looks_like_marker(self, text: str, recognizer: str) -> bool:
         """R22: text that itself reads as work or approval can never prove activity."""

@@ -9,6 +9,7 @@ from tether.guardian.agents.recognize import Recognition, ScreenView, UnknownRec
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecExplainParams, ExecWaitTurnParams
+from tether.protocol.results import ExplainResult, WaitTurnResult
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -66,17 +67,18 @@ class Turns:
     def handlers(self) -> dict[str, Any]:
         return {"exec.explain": self.explain, "exec.wait_turn": self.wait_turn}
 
-    async def explain(self, request: Request, params: ExecExplainParams) -> dict[str, Any]:
+    async def explain(self, request: Request, params: ExecExplainParams) -> ExplainResult:
         """The whole recognition decision: recognizer, state, rule, priority, reason."""
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         live = self._live.get(params.execution_id)
         await refresh(live)
         decision, observation = recognize_record(record, live, params.recognizer)
-        return {"execution_id": params.execution_id, "recognition": decision.to_dict(),
-                "observation": observation}
+        return ExplainResult.model_validate({
+            "execution_id": params.execution_id, "recognition": decision.to_dict(),
+            "observation": observation})
 
-    async def wait_turn(self, request: Request, params: ExecWaitTurnParams) -> dict[str, Any]:
+    async def wait_turn(self, request: Request, params: ExecWaitTurnParams) -> WaitTurnResult:
         """Wait until the program waits for input (or approval) and its output has been quiet
         for ``quiet_ms``; or it exits; or the timeout passes."""
         self._scope.thread_for(params)
@@ -109,5 +111,5 @@ class Turns:
             if live.activity_seq == seen:
                 await self._notifier.wait(deadline - loop.time())
         record = self._catalog.get_execution(params.execution_id) or record
-        return {"outcome": outcome, "recognition": decision.to_dict(),
-                "execution": self._live.view(record)}
+        return WaitTurnResult.model_validate({"outcome": outcome, "recognition": decision.to_dict(),
+                "execution": self._live.view(record)})

@@ -14,6 +14,7 @@ from tether.guardian.agents.turns import recognize_record
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams, ThreadOpenParams
+from tether.protocol.results import GetResult, ListResult, ScreenResult, ThreadOpenResult
 
 if TYPE_CHECKING:
     from tether.guardian.history.retention import Retention
@@ -40,15 +41,16 @@ class Inspector:
         return {"exec.screen": self.screen, "exec.list": self.list_records,
                 "exec.get": self.get_record}
 
-    async def screen(self, request: Request, params: ExecScreenParams) -> dict[str, Any]:
+    async def screen(self, request: Request, params: ExecScreenParams) -> ScreenResult:
         """The current screen of an execution, or of the thread's main shell."""
         if params.execution_id is None:
             thread = self._scope.thread_for(params)
             shell = self._threads.shell(thread["thread_id"])
             if shell is None or not shell.alive:
                 # Looking must not start a shell (a new generation): report that none runs.
-                return {"execution_id": None, "live": False, "shell_running": False,
-                        "text": "", "lines": [], "cursor": None}
+                return ScreenResult.model_validate({
+                    "execution_id": None, "live": False, "shell_running": False, "text": "",
+                    "lines": [], "cursor": None})
             snap = await shell.screen.snapshot_async()
             execution_id = shell.current.execution_id if shell.current else None
         else:
@@ -60,13 +62,14 @@ class Inspector:
                 lines = text.split("\n")
                 if params.lines:
                     lines = lines[-params.lines :]
-                return {"execution_id": execution_id, "live": False, "text": "\n".join(lines),
-                        "lines": lines, "cursor": None}
+                return ScreenResult.model_validate({
+                    "execution_id": execution_id, "live": False, "text": "\n".join(lines),
+                    "lines": lines, "cursor": None})
             snap = await live.screen.snapshot_async()
         lines = list(snap.lines)
         if params.lines:
             lines = _tail_lines(lines, params.lines)
-        return {
+        return ScreenResult.model_validate({
             "execution_id": execution_id,
             "live": True,
             "text": "\n".join(lines).rstrip("\n") if params.lines else snap.text,
@@ -76,9 +79,9 @@ class Inspector:
             "cols": snap.cols,
             "alternate": snap.alternate,
             "title": snap.title,
-        }
+        })
 
-    def thread_status(self, params: ThreadOpenParams) -> dict[str, Any]:
+    def thread_status(self, params: ThreadOpenParams) -> ThreadOpenResult:
         """A thread as it is, for ``Initialize {type: status}``: nothing is started."""
         thread = self._catalog.get_thread(params.thread_id) if params.thread_id else None
         if params.thread_id is not None and (
@@ -92,7 +95,7 @@ class Inspector:
             )
         shell = self._threads.shell(params.thread_id) if params.thread_id else None
         running = shell is not None and shell.alive
-        return {
+        return ThreadOpenResult.model_validate({
             "thread_id": params.thread_id,
             "workspace_root": self._scope.workspace_root,
             "reattached": False,
@@ -100,26 +103,27 @@ class Inspector:
             "generation": shell.generation if shell is not None and running else (
                 thread["generation"] if thread else None),
             "cwd": shell.cwd if shell is not None and running else (thread["cwd"] if thread else None),
-        }
+        })
 
-    async def list_records(self, request: Request, params: ExecListParams) -> dict[str, Any]:
+    async def list_records(self, request: Request, params: ExecListParams) -> ListResult:
         self._scope.thread_for(params)
         self._retention.prune_thread(params.thread_id, protect=self._live.protected())
         records = self._catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
         if params.agents_only:
             records = [r for r in records
                        if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
-        return {
+        return ListResult.model_validate({
             "executions": [self._live.view(r) for r in records],
             "catalog_cursor": self._catalog.change_seq(),
-        }
+        })
 
-    async def get_record(self, request: Request, params: ExecGetParams) -> dict[str, Any]:
+    async def get_record(self, request: Request, params: ExecGetParams) -> GetResult:
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         # Events: what was observed and changed nothing (a marker the kernel did not confirm).
-        return {"execution": self._live.view(record),
-                "events": self._catalog.execution_events(params.execution_id)}
+        return GetResult.model_validate({
+            "execution": self._live.view(record),
+            "events": self._catalog.execution_events(params.execution_id)})
 
     def detection_for(self, record: dict[str, Any], live: LiveExecution | None) -> str:
         """The detection snapshot: the recognition decision and the screen it looked at."""

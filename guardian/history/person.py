@@ -25,6 +25,7 @@ from tether.protocol.methods import (
     WorkspaceListParams,
     WorkspaceScoped,
 )
+from tether.protocol.results import DescribeResult, PersonInputResult, StreamResult, WorkspaceListResult
 
 if TYPE_CHECKING:
     from tether.guardian.history.retention import Retention
@@ -81,7 +82,7 @@ class PersonDesk:
 
     # -- listing and describing ------------------------------------------------------------
 
-    async def list_workspace(self, request: Request, params: WorkspaceListParams) -> dict[str, Any]:
+    async def list_workspace(self, request: Request, params: WorkspaceListParams) -> WorkspaceListResult:
         """Threads (with their main shells) and the newest records of every thread."""
         self._check(params)
         threads = []
@@ -91,16 +92,16 @@ class PersonDesk:
             threads.append({**thread, "shell_alive": bool(shell and shell.alive),
                             "shell_busy": bool(shell and shell.busy)})
         records = self._catalog.list_workspace_executions(params.limit)
-        return {
+        return WorkspaceListResult.model_validate({
             "principal": self._scope.principal,
             "workspace_root": self._scope.workspace_root,
             "threads": threads,
             "executions": [self._live.view(r) for r in records],
             "counts": self._catalog.count_executions(),
             "catalog_cursor": self._catalog.change_seq(),
-        }
+        })
 
-    async def describe(self, request: Request, params: ExecDescribeParams) -> dict[str, Any]:
+    async def describe(self, request: Request, params: ExecDescribeParams) -> DescribeResult:
         """The whole record, its recognition, receipts, and agent and person events."""
         record = self._record(params, params.execution_id)
         live = self._live.get(params.execution_id)
@@ -120,11 +121,11 @@ class PersonDesk:
         except TetherError as err:  # a record naming a recognizer this build does not know
             result["recognition"] = None
             result["recognition_error"] = err.to_wire()
-        return result
+        return DescribeResult.model_validate(result)
 
     # -- streaming -------------------------------------------------------------------------
 
-    async def stream(self, request: Request, params: ExecStreamParams) -> dict[str, Any]:
+    async def stream(self, request: Request, params: ExecStreamParams) -> StreamResult:
         record = self._record(params, params.execution_id)
         live = self._live.get(params.execution_id)
         journal = self._live.journal(params.execution_id)
@@ -132,7 +133,7 @@ class PersonDesk:
             if live is not None:
                 # Emulate the backlog off the loop; _screen then takes the few bytes since.
                 await live.screen.snapshot_async()
-            return self._screen(record, live, journal)
+            return StreamResult.model_validate(self._screen(record, live, journal))
         offset = journal.start if params.offset is None else params.offset
         if offset > journal.end:
             raise TetherError(
@@ -159,7 +160,7 @@ class PersonDesk:
         still_live = self._live.get(params.execution_id)
         if still_live is None:  # it may have ended while we waited: the status changed
             record = self._catalog.get_execution(params.execution_id) or record
-        return {
+        return StreamResult.model_validate({
             **self._figures(record, still_live is not None, journal),
             "data": data,
             "start": offset,
@@ -167,7 +168,7 @@ class PersonDesk:
             "gap": gap,
             "rows": still_live.runtime.rows if still_live else record["rows"],
             "cols": still_live.runtime.cols if still_live else record["cols"],
-        }
+        })
 
     def _figures(self, record: dict[str, Any], live: bool, journal: Journal) -> dict[str, Any]:
         return {
@@ -200,10 +201,11 @@ class PersonDesk:
 
     # -- typing ----------------------------------------------------------------------------
 
-    async def person_input(self, request: Request, params: PersonInputParams) -> dict[str, Any]:
+    async def person_input(self, request: Request, params: PersonInputParams) -> PersonInputResult:
         self._record(params, params.execution_id)
-        return await self._ledger.once(params.principal, params.idempotency_key,
-                                       request.method, params, lambda: self._type(params))
+        outcome = await self._ledger.once(params.principal, params.idempotency_key,
+                                          request.method, params, lambda: self._type(params))
+        return PersonInputResult.model_validate(outcome)
 
     async def _type(self, params: PersonInputParams) -> dict[str, Any]:
         live = self._live.get(params.execution_id)

@@ -24,6 +24,7 @@ from tether.protocol.limits import (
     MIN_PAGE_BYTES,
 )
 from tether.protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
+from tether.protocol.results import ObserveResult, ReadResult, Result, WaitResult
 from tether.shared.cursors import CursorSigner, load_secret
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class History:
         self.inspector = inspector
         self.signer = CursorSigner(load_secret(paths.state / "cursor.key"))
 
-    def handlers(self) -> dict[str, Callable[[Request, Any], Awaitable[dict[str, Any]]]]:
+    def handlers(self) -> dict[str, Callable[[Request, Any], Awaitable[Result]]]:
         return {"exec.read": self.read, "exec.observe": self.observe, "exec.wait": self.wait}
 
     # -- read ------------------------------------------------------------------------------
@@ -99,14 +100,14 @@ class History:
             "e": execution_id, "s": source,
         }
 
-    async def read(self, request: Request, params: ExecReadParams) -> dict[str, Any]:
+    async def read(self, request: Request, params: ExecReadParams) -> ReadResult:
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         live = self._live.get(params.execution_id)
         if live is not None and params.source != "output":
             await live.screen.snapshot_async()  # the page below then reads it without stalling
         page = self._page(params, record, params.source, params.page_bytes, params.cursor)
-        return {**page, "execution": self._live.view(record)}
+        return ReadResult.model_validate({**page, "execution": self._live.view(record)})
 
     def _page(
         self, params: Scoped, record: dict[str, Any], source: str, page_bytes: int,
@@ -176,7 +177,7 @@ class History:
 
     # -- observe ---------------------------------------------------------------------------
 
-    async def observe(self, request: Request, params: ExecObserveParams) -> dict[str, Any]:
+    async def observe(self, request: Request, params: ExecObserveParams) -> ObserveResult:
         _validate_observe(params)
         self._scope.thread_for(params)
         loop = asyncio.get_running_loop()
@@ -233,11 +234,11 @@ class History:
         result: dict[str, Any] = {"items": items, "catalog_cursor": catalog_cursor}
         if issues:
             result["completed_with_issues"] = True
-        return result
+        return ObserveResult.model_validate(result)
 
     # -- wait ------------------------------------------------------------------------------
 
-    async def wait(self, request: Request, params: ExecWaitParams) -> dict[str, Any]:
+    async def wait(self, request: Request, params: ExecWaitParams) -> WaitResult:
         self._scope.thread_for(params)
         ids = list(dict.fromkeys(params.execution_ids))
         scope = {"p": params.principal, "w": params.workspace_root, "t": params.thread_id,
@@ -259,11 +260,11 @@ class History:
         if outcome is None:
             outcome = ("timeout", [])
         kind, changed = outcome
-        return {
+        return WaitResult.model_validate({
             "outcome": kind,
             "changed": changed,
             "cursor": self.signer.sign(scope, self._baseline(ids)),
-        }
+        })
 
     def _wait_baseline(self, after: str | None, scope: dict[str, str], ids: list[str]) -> dict[str, Any]:
         """Where a wait starts: now, a wait cursor, or a catalog cursor (list/observe/wait).

@@ -39,12 +39,21 @@ from tether.protocol.methods import (
     ThreadOpenParams,
     validation_error,
 )
+from tether.protocol.results import (
+    ExecResult,
+    HelloResult,
+    InputOutcome,
+    ResetShellResult,
+    Result,
+    ShutdownResult,
+    ThreadOpenResult,
+)
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Request, Any], Awaitable[dict[str, Any]]]
+Handler = Callable[[Request, Any], Awaitable[Result]]
 
 #: Methods answered straight from the socket's reader callback, with no task: they never
 #: wait for an event (at most for a screen catch-up) and never enter asyncio.timeout().
@@ -127,7 +136,7 @@ class GuardianService:
                 # runs in a task of its own, where asyncio.timeout() works.
                 await asyncio.sleep(0)
             result = await self._handlers[request.method](request, params)
-            return codec.encode(ok_response(self.version, request.id, result))
+            return codec.encode(ok_response(self.version, request.id, result.wire()))
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
         except Exception:
@@ -183,7 +192,7 @@ class GuardianService:
 
     # -- handlers --------------------------------------------------------------------------
 
-    async def hello(self, request: Request, params: HelloParams) -> dict[str, Any]:
+    async def hello(self, request: Request, params: HelloParams) -> HelloResult:
         """Handshake (R7): version chosen, identity, capabilities."""
         lo, hi = Version(*params.client_min), Version(*params.client_max)
         if not lo.major <= MAJOR <= hi.major:
@@ -193,7 +202,7 @@ class GuardianService:
                 {"client_range": [str(lo), str(hi)], "guardian_range": ["1.0", str(self.version)]},
             )
         chosen = min(self.version, hi) if hi.major == MAJOR else self.version
-        return {
+        return HelloResult.model_validate({
             "version": [chosen.major, chosen.minor],
             "guardian_protocol": str(self.version),
             "instance_id": self.instance_id,
@@ -201,29 +210,29 @@ class GuardianService:
             "capabilities": sorted(str(c) for c in self.capabilities),
             "workspace_root": self._rt.scope.workspace_root,
             "principal": self._rt.scope.principal,
-        }
+        })
 
-    async def shutdown(self, request: Request, params: ShutdownParams) -> dict[str, Any]:
+    async def shutdown(self, request: Request, params: ShutdownParams) -> ShutdownResult:
         running = self._rt.live.ids()
         if not params.dry_run:
             self._on_shutdown(params.reason)
-        return {"stopping": not params.dry_run, "running_executions": running}
+        return ShutdownResult.model_validate({"stopping": not params.dry_run, "running_executions": running})
 
-    async def thread_open(self, request: Request, params: ThreadOpenParams) -> dict[str, Any]:
+    async def thread_open(self, request: Request, params: ThreadOpenParams) -> ThreadOpenResult:
         if params.read_only:
             return self._inspector.thread_status(params)
-        return await self._rt.threads.open(params)
+        return ThreadOpenResult.model_validate(await self._rt.threads.open(params))
 
-    async def reset_shell(self, request: Request, params: ResetShellParams) -> dict[str, Any]:
-        return await self._ledger.once(
+    async def reset_shell(self, request: Request, params: ResetShellParams) -> ResetShellResult:
+        return ResetShellResult.model_validate(await self._ledger.once(
             params.principal,
             params.idempotency_key,
             request.method,
             params,
             lambda: self._rt.threads.reset(params),
-        )
+        ))
 
-    async def exec_start(self, request: Request, params: ExecStartParams) -> dict[str, Any]:
+    async def exec_start(self, request: Request, params: ExecStartParams) -> ExecResult:
         remaining = self._remaining_s(request)
         outcome = await self._ledger.once(
             params.principal,
@@ -236,13 +245,13 @@ class GuardianService:
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
 
-    async def exec_status(self, request: Request, params: ExecStatusParams) -> dict[str, Any]:
+    async def exec_status(self, request: Request, params: ExecStatusParams) -> ExecResult:
         execution_id = self._rt.results.status_target(params)
         return await self._rt.results.wait(
             execution_id, min(params.wait_ms / 1000, self._remaining_s(request))
         )
 
-    async def exec_input(self, request: Request, params: ExecInputParams) -> dict[str, Any]:
+    async def exec_input(self, request: Request, params: ExecInputParams) -> ExecResult:
         remaining = self._remaining_s(request)
         outcome = await self._ledger.once(
             params.principal,
@@ -254,5 +263,5 @@ class GuardianService:
         result = await self._rt.results.settle(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
-        result["input"] = self._rt.inputs.observe(outcome)
+        result.input = InputOutcome.model_validate(self._rt.inputs.observe(outcome))
         return result

@@ -28,6 +28,7 @@ from tether.protocol.methods import (
     ThreadSetModeParams,
     mode_fingerprint,
 )
+from tether.protocol.results import ThreadModeResult
 from tether.shared.catalog import Catalog
 
 #: The mode of a thread whose mode was never changed.
@@ -46,10 +47,10 @@ class ThreadModes:
     def handlers(self) -> dict[str, Any]:
         return {"thread.mode": self.get_mode, "thread.set_mode": self.set_mode}
 
-    async def get_mode(self, request: Request, params: ThreadModeParams) -> dict[str, Any]:
+    async def get_mode(self, request: Request, params: ThreadModeParams) -> ThreadModeResult:
         return self._answer(params)
 
-    async def set_mode(self, request: Request, params: ThreadSetModeParams) -> dict[str, Any]:
+    async def set_mode(self, request: Request, params: ThreadSetModeParams) -> ThreadModeResult:
         self._scope.thread_for(params)
         self._catalog.set_thread_mode(params.thread_id, params.mode.model_dump(mode="json"))
         return self._answer(params)
@@ -80,8 +81,9 @@ class ThreadModes:
         stored = self._catalog.get_thread_mode(thread_id)
         return DEFAULT_MODE if stored is None else ModeSpec.model_validate(stored)
 
-    def _answer(self, params: Scoped) -> dict[str, Any]:
+    def _answer(self, params: Scoped) -> ThreadModeResult:
         thread = self._scope.thread_for(params)
         mode = self.mode(params.thread_id)
-        return {"mode": mode.model_dump(mode="json"), "fingerprint": mode_fingerprint(mode),
-                "cwd": self._threads.cwd(params.thread_id, thread["cwd"])}
+        return ThreadModeResult.model_validate({
+            "mode": mode.model_dump(mode="json"), "fingerprint": mode_fingerprint(mode),
+            "cwd": self._threads.cwd(params.thread_id, thread["cwd"])})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from tether.guardian.history.records import output_tail, record_view
 from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -18,6 +17,7 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecStatusParams
+from tether.protocol.results import ExecResult
 from tether.shared.catalog import Catalog
 
 #: After input, a result waits for output to go quiet this long (or for the exit).
@@ -42,7 +42,7 @@ class Results:
         self._threads = threads
         self._notifier = notifier
 
-    def result(self, execution_id: str, was_live: LiveExecution | None = None) -> dict[str, Any]:
+    def result(self, execution_id: str, was_live: LiveExecution | None = None) -> ExecResult:
         """Record, rendered output tail, and the thread's current cwd. ``was_live``: the
         execution's live entry from before a wait, whose journal stays readable after the
         end (opening the journal afresh would list the journals directory)."""
@@ -53,9 +53,10 @@ class Results:
         journal = holder.journal if holder is not None else self._live.journal(execution_id)
         thread = self._catalog.get_thread(record["thread_id"])
         cwd = self._threads.cwd(record["thread_id"], thread["cwd"] if thread else record["cwd"])
-        return {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd}
+        return ExecResult.model_validate(
+            {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd})
 
-    async def wait(self, execution_id: str, timeout_s: float) -> dict[str, Any]:
+    async def wait(self, execution_id: str, timeout_s: float) -> ExecResult:
         """Wait until the execution ends or ``timeout_s`` passes, then report it."""
         live = self._live.get(execution_id)
         if live is not None and timeout_s > 0:
@@ -63,7 +64,7 @@ class Results:
                 await asyncio.wait_for(live.done.wait(), timeout_s)
         return self.result(execution_id, live)
 
-    async def settle(self, execution_id: str, timeout_s: float) -> dict[str, Any]:
+    async def settle(self, execution_id: str, timeout_s: float) -> ExecResult:
         """After input: wait for the exit, or for output to stay quiet for a moment."""
         live = self._live.get(execution_id)
         loop = asyncio.get_running_loop()

@@ -1,0 +1,497 @@
+"""The RPC methods' results: one pydantic model per method, beside the params models.
+
+The guardian builds every reply as one of these models; the front-end reads every reply
+through the same model (:data:`RESULTS`), so a shape changed on one side fails on the other
+instead of drifting. Compatibility, both ways:
+
+- every model keeps keys it does not know (``extra="allow"``): a newer guardian's additions
+  reach a client unchanged, and an older front-end ignores them;
+- a field added after protocol 1.0 is optional (a 1.0 guardian does not send it);
+- the guardian sends exactly the fields it set (``model_dump(exclude_unset=True)``), so the
+  wire carries no ``null`` an older front-end has never seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tether.protocol.errors import ErrorCode, TetherError
+
+
+class Result(BaseModel):
+    """Base of every result model: unknown keys kept, values checked."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def wire(self) -> dict[str, Any]:
+        """The reply as it goes on the wire: the fields that were set, nothing else."""
+        return self.model_dump(exclude_unset=True)
+
+
+# -- shared pieces -----------------------------------------------------------------------------
+
+
+class ProcessIdentityInfo(Result):
+    """pid + process start time + boot id: a process, never a reused pid."""
+
+    pid: int
+    create_time: float
+    boot_id: str
+
+
+class RuntimeInfo(Result):
+    """The process behind an execution, and the guardian instance that started it."""
+
+    pid: int | None = None
+    create_time: float | None = None
+    boot_id: str | None = None
+    guardian_instance_id: str | None = None
+
+
+class RecoveryAdvice(Result):
+    """How a coding agent's conversation could be resumed (R14)."""
+
+    advice: str
+    source: str | None = None
+    command: str | None = None
+    current_conversation_verified: bool | None = None
+    reason: str | None = None
+
+
+class ExecutionRecord(Result):
+    """An execution record as clients see it (SPEC §6), live output figures merged in."""
+
+    execution_id: str
+    thread_id: str | None = None
+    principal: str | None = None
+    workspace_root: str | None = None
+    kind: str | None = None
+    command: str | None = None
+    cwd: str | None = None
+    status: str
+    exit_code: int | None = None
+    reason: str | None = None
+    started_unix_ms: int | None = None
+    ended_unix_ms: int | None = None
+    terminal_unix_ms: int | None = None
+    observed_at_unix_ms: int | None = None
+    guardian_instance_id: str | None = None
+    runtime: RuntimeInfo | None = None
+    generation: int | None = None
+    output_start: int | None = None
+    output_end: int | None = None
+    output_pending: bool | None = None
+    output_activity_seq: int | None = None
+    screen_text: str | None = None
+    recognizer: str | None = None
+    parent_execution_id: str | None = None
+    labels: dict[str, str] | None = None
+    archived_at: int | None = None
+    recovery: RecoveryAdvice | None = None
+    rows: int | None = None
+    cols: int | None = None
+
+
+class CompactRecord(Result):
+    """The few figures of a record that ``exec.observe`` repeats per item."""
+
+    execution_id: str | None = None
+    kind: str | None = None
+    status: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    started_unix_ms: int | None = None
+    ended_unix_ms: int | None = None
+    observed_at_unix_ms: int | None = None
+    output_start: int | None = None
+    output_end: int | None = None
+    output_pending: bool | None = None
+    output_activity_seq: int | None = None
+    generation: int | None = None
+
+
+class OutputTail(Result):
+    """The rendered tail of an execution's output, with the offsets to page the rest."""
+
+    text: str
+    start: int
+    end: int
+    truncated: bool
+    retained_start: int | None = None
+
+
+class RuleEvaluation(Result):
+    """One recognizer rule as it was tried."""
+
+    rule: str | None = None
+    priority: int | None = None
+    state: str | None = None
+    matched: bool | None = None
+    evidence: str | None = None
+
+
+class Recognition(Result):
+    """A recognizer's verdict on a screen (R20)."""
+
+    state: str
+    attention: str | None = None
+    recognizer: str | None = None
+    rule: str | None = None
+    priority: int | None = None
+    source: str | None = None
+    reason: str | None = None
+    evaluated: list[RuleEvaluation] = Field(default_factory=list)
+
+
+class Observation(Result):
+    """What a recognition looked at."""
+
+    detection_source: str | None = None
+    screen_bytes_fed: int | None = None
+    output_activity_seq: int | None = None
+    execution_status: str | None = None
+
+
+class CursorPosition(Result):
+    row: int
+    col: int
+
+
+class Page(Result):
+    """One page of output, screen or detection text, with the cursor for the next."""
+
+    text: str
+    start: int
+    end: int
+    has_more: bool
+    next_cursor: str
+    gap: int | None = None
+    resync_required: bool | None = None
+
+
+class ErrorDetail(Result):
+    """A failure inside a call that still answered (an observe item)."""
+
+    stage: str | None = None
+    code: str
+    message: str
+
+
+class WireError(Result):
+    """An error as the envelope carries it."""
+
+    code: str
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- hello, shutdown, threads ------------------------------------------------------------------
+
+
+class HelloResult(Result):
+    version: tuple[int, int]
+    instance_id: str
+    capabilities: list[str]
+    guardian_protocol: str | None = None
+    identity: ProcessIdentityInfo | None = None
+    workspace_root: str | None = None
+    principal: str | None = None
+
+
+class ShutdownResult(Result):
+    stopping: bool
+    running_executions: list[str]
+
+
+class ThreadOpenResult(Result):
+    thread_id: str | None
+    workspace_root: str
+    reattached: bool
+    generation: int | None
+    cwd: str | None
+    #: Only for ``read_only`` (status) requests: whether the thread's shell runs.
+    shell_running: bool | None = None
+
+
+class ResetShellResult(Result):
+    thread_id: str
+    generation: int
+    cwd: str
+    replayed: bool | None = None
+
+
+class ModeConfig(Result):
+    allowed_commands: list[str] | Literal["all"]
+    allowed_globs: list[str] | Literal["all"]
+
+
+class Mode(Result):
+    name: str
+    code_writer: ModeConfig | None = None
+
+
+class ThreadModeResult(Result):
+    mode: Mode
+    cwd: str
+    #: What an input names to prove it was checked against this mode (``mode_changed``).
+    fingerprint: str | None = None
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+class InputOutcome(Result):
+    """What typing into a terminal did: delivery facts and what was seen afterwards."""
+
+    execution_id: str
+    input_sent: bool | str
+    bytes: int | None = None
+    replayed: bool | None = None
+    terminal_mode: str | None = None
+    reads_keys: bool | None = None
+    terminal_mode_after: str | None = None
+    screen_changed: bool | None = None
+    echo_seen: bool | None = None
+    delivery: str | None = None
+    warning: str | None = None
+
+
+class ExecResult(Result):
+    """``exec.start``, ``exec.status`` and ``exec.input``: the record, its output tail, cwd."""
+
+    execution: ExecutionRecord
+    output: OutputTail
+    cwd: str | None
+    input: InputOutcome | None = None
+
+
+class ScreenResult(Result):
+    execution_id: str | None
+    live: bool
+    text: str
+    lines: list[str]
+    cursor: CursorPosition | None
+    rows: int | None = None
+    cols: int | None = None
+    alternate: bool | None = None
+    title: str | None = None
+    shell_running: bool | None = None
+
+
+class ListResult(Result):
+    executions: list[ExecutionRecord]
+    catalog_cursor: int
+
+
+class ExecutionEvent(Result):
+    """Something observed about an execution that changed nothing (issue 11)."""
+
+    kind: str
+    detail: str | None = None
+    at_unix_ms: int | None = None
+
+
+class GetResult(Result):
+    execution: ExecutionRecord
+    events: list[ExecutionEvent] | None = None
+
+
+class ReadResult(Page):
+    execution: ExecutionRecord
+
+
+class ObserveItemResult(Result):
+    errors: list[ErrorDetail]
+    execution: CompactRecord | None = None
+    page: Page | None = None
+    status: str
+
+
+class ObserveResult(Result):
+    items: list[ObserveItemResult]
+    catalog_cursor: int
+    completed_with_issues: bool | None = None
+
+
+class WaitResult(Result):
+    outcome: str
+    changed: list[ExecutionRecord]
+    cursor: str
+    fired: dict[str, list[str]] | None = None
+
+
+# -- recognition and prompts -------------------------------------------------------------------
+
+
+class ExplainResult(Result):
+    execution_id: str
+    recognition: Recognition
+    observation: Observation
+
+
+class WaitTurnResult(Result):
+    outcome: str
+    recognition: Recognition
+    execution: ExecutionRecord
+
+
+class ReceiptBaseline(Result):
+    output_activity_seq: int | None = None
+    screen_sha256: str | None = None
+    state: str | None = None
+    at_unix_ms: int | None = None
+
+
+class Receipt(Result):
+    """A prompt's receipt (R21, R22): delivered, activity observed, wait reached, kept apart."""
+
+    prompt_id: str
+    execution_id: str
+    generation: int
+    runtime: ProcessIdentityInfo | None = None
+    recognizer: str | None = None
+    delivered: bool
+    activity_observed: bool
+    wait_reached: bool
+    activity_unconfirmable: bool | None = None
+    baseline: ReceiptBaseline | None = None
+    observed_at_unix_ms: int | None = None
+    state: str | None = None
+
+
+class PromptResult(Result):
+    receipt: Receipt
+    replayed: bool
+    input_sent: bool
+
+
+# -- a person's view ---------------------------------------------------------------------------
+
+
+class ThreadRow(Result):
+    thread_id: str
+    principal: str | None = None
+    workspace_root: str | None = None
+    created_unix_ms: int | None = None
+    shell_execution_id: str | None = None
+    generation: int | None = None
+    cwd: str | None = None
+    shell_alive: bool | None = None
+    shell_busy: bool | None = None
+
+
+class WorkspaceListResult(Result):
+    principal: str
+    workspace_root: str
+    threads: list[ThreadRow]
+    executions: list[ExecutionRecord]
+    counts: dict[str, int]
+    catalog_cursor: int
+
+
+class PersonEvent(Result):
+    seq: int | None = None
+    kind: str
+    attach_id: str | None = None
+    at_unix_ms: int | None = None
+
+
+class AgentEvent(Result):
+    """A managed agent's lifecycle event (its fields grow with managed agents)."""
+
+    execution_id: str | None = None
+    kind: str | None = None
+    at_unix_ms: int | None = None
+
+
+class DescribeResult(Result):
+    execution: ExecutionRecord
+    thread: ThreadRow | None
+    live: bool
+    receipts: list[Receipt]
+    agent_events: list[AgentEvent]
+    person_events: list[PersonEvent]
+    recognition: Recognition | None = None
+    observation: Observation | None = None
+    recognition_error: WireError | None = None
+
+
+class StreamScreen(Result):
+    lines: list[str]
+    cursor_row: int | None
+    cursor_col: int | None
+    rows: int
+    cols: int
+    alternate: bool
+    title: str
+
+
+class StreamResult(Result):
+    execution_id: str
+    status: str
+    exit_code: int | None
+    reason: str | None = None
+    live: bool
+    journal_start: int
+    journal_end: int
+    data: bytes
+    start: int
+    end: int
+    gap: int
+    rows: int
+    cols: int
+    screen: StreamScreen | None = None
+
+
+class PersonInputResult(Result):
+    execution_id: str
+    input_sent: bool | str
+    bytes: int
+    replayed: bool | None = None
+
+
+#: method name -> the model of its result (every method in ``METHODS`` has one).
+RESULTS: dict[str, type[Result]] = {
+    "hello": HelloResult,
+    "guardian.shutdown": ShutdownResult,
+    "thread.open": ThreadOpenResult,
+    "thread.reset_shell": ResetShellResult,
+    "thread.mode": ThreadModeResult,
+    "thread.set_mode": ThreadModeResult,
+    "exec.start": ExecResult,
+    "exec.status": ExecResult,
+    "exec.input": ExecResult,
+    "exec.screen": ScreenResult,
+    "exec.list": ListResult,
+    "exec.get": GetResult,
+    "exec.read": ReadResult,
+    "exec.observe": ObserveResult,
+    "exec.wait": WaitResult,
+    "exec.explain": ExplainResult,
+    "exec.wait_turn": WaitTurnResult,
+    "agent.prompt": PromptResult,
+    "agent.receipt": PromptResult,
+    "workspace.list": WorkspaceListResult,
+    "exec.describe": DescribeResult,
+    "exec.stream": StreamResult,
+    "person.input": PersonInputResult,
+}
+
+
+def read_result(method: str, reply: Any) -> Result:
+    """A guardian's reply to ``method`` as its model; a reply of another shape is refused."""
+    try:
+        return RESULTS[method].model_validate(reply)
+    except ValidationError as exc:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'result'}: {error['msg']}"
+            for error in exc.errors()[:3]
+        )
+        raise TetherError(
+            ErrorCode.PROTOCOL_MISMATCH,
+            f"the guardian's reply to {method} does not have the shape of its protocol ({where}); "
+            "the call may have acted. Restart the guardian with this version of Tether.",
+            {"method": method, "operator_action_required": True},
+        ) from None

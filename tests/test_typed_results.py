@@ -1,0 +1,85 @@
+"""Typed results (issue 10): every RPC method has a result model, the guardian's replies fit
+them, and every tool advertises an outputSchema that its structured content satisfies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from mcp import Client
+
+from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import METHODS
+from tether.protocol.results import RESULTS, ExecResult, read_result
+
+pytestmark = pytest.mark.anyio
+
+
+def test_every_method_has_a_result_model() -> None:
+    assert set(RESULTS) == set(METHODS)
+
+
+def test_results_of_an_older_guardian_parse_and_newer_fields_pass_through() -> None:
+    older = {"execution": {"execution_id": "ex_1", "status": "exited", "exit_code": 0},
+             "output": {"text": "hi", "start": 0, "end": 3, "truncated": False}, "cwd": "/w"}
+    parsed = read_result("exec.start", older)
+    assert isinstance(parsed, ExecResult) and parsed.input is None
+    assert parsed.wire() == older  # nothing added on the way through
+    newer = {**older, "execution": {**older["execution"], "cpu_ms": 12}, "hint": "new"}
+    assert read_result("exec.start", newer).wire() == newer
+
+
+def test_a_reply_of_another_shape_is_refused() -> None:
+    with pytest.raises(TetherError) as caught:
+        read_result("exec.start", {"execution": {"status": "exited"}})
+    assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH
+    assert "exec.start" in caught.value.message
+
+
+async def _schemas(client: Client) -> dict[str, dict[str, Any]]:
+    tools = (await client.list_tools()).tools
+    assert all(tool.output_schema for tool in tools), [t.name for t in tools]
+    return {tool.name: tool.output_schema or {} for tool in tools}
+
+
+async def test_structured_content_satisfies_the_output_schema(client: Client,
+                                                             workspace: Path) -> None:
+    schemas = await _schemas(client)
+    session = await initialize(client, workspace)
+    ran = await run(client, session, "echo typed")
+    eid = ran["execution_id"]
+    scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("Initialize", {"type": "status", "workspace_root": str(workspace),
+                        "thread_id": session["thread_id"]}),
+        ("BashCommand", {**scope, "action_json": {"type": "status_check", "execution_id": eid}}),
+        ("BashCommand", {**scope, "action_json": {"type": "screen"}}),
+        ("Execution", {**scope, "action": {"type": "list"}}),
+        ("Execution", {**scope, "action": {"type": "get", "execution_id": eid}}),
+        ("Execution", {**scope, "action": {"type": "read", "execution_id": eid}}),
+        ("Execution", {**scope, "action": {"type": "observe", "items": [{"execution_id": eid}]}}),
+        ("Execution", {**scope, "action": {"type": "wait", "execution_ids": [eid],
+                                           "timeout_seconds": 0}}),
+        ("Execution", {**scope, "action": {"type": "explain", "execution_id": eid}}),
+        ("Agent", {**scope, "action": "list"}),
+        ("Agent", {**scope, "action": "explain", "target": eid}),
+    ]
+    for tool, args in calls:
+        result = await client.call_tool(tool, args)
+        assert result.structured_content is not None and not result.is_error, (tool, result)
+        jsonschema.validate(result.structured_content, schemas[tool])
+    refused = await client.call_tool("Execution", {**scope, "action": {
+        "type": "get", "execution_id": "ex_nope"}})
+    assert refused.is_error and refused.structured_content is not None
+    jsonschema.validate(refused.structured_content, schemas["Execution"])
+    # The schema says something: a result without its envelope does not satisfy it.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"data": {}}, schemas["BashCommand"])
+    assert (await call(client, "Execution", calls[4][1]))["data"]["execution"]["status"] == "exited"
+    assert (await call_error(client, "Execution", {**scope, "action": {
+        "type": "get", "execution_id": "ex_nope"}}))["code"] == "not_found"
+    assert (await execution(client, session, {"type": "get", "execution_id": eid}))["ok"]
+    assert (await bash(client, session, {"type": "screen"}))["screen"]["live"] in (True, False)
