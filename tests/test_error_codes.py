@@ -27,15 +27,15 @@ async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown
         handle = await locator.handle(str(workspace))
         base = {"principal": "local", "workspace_root": str(workspace)}
         thread = await handle.call("thread.open", base, timeout_s=10)
-        scope = {**base, "thread_id": thread["thread_id"]}
+        scope = {**base, "thread_id": thread.thread_id}
         # A program that never reads its input: the terminal's queue fills and stays full.
         start = {**scope, "command": "stty raw -echo; echo ready; exec sleep 60",
                  "background": True, "idempotency_key": "deaf", "wait_ms": 0}
-        eid = (await handle.call("exec.start", start, timeout_s=10))["execution"]["execution_id"]
+        eid = (await handle.call("exec.start", start, timeout_s=10)).execution.execution_id
         for _ in range(100):
             status = await handle.call("exec.status", {**scope, "execution_id": eid,
                                                        "wait_ms": 100}, timeout_s=10)
-            if "ready" in status["output"]["text"]:
+            if "ready" in status.output.text:
                 break
         typed = {**scope, "execution_id": eid, "text": CHUNK, "idempotency_key": "fill"}
         with pytest.raises(TetherError) as refused:

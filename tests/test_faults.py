@@ -139,29 +139,29 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
         handle = await locator.handle(str(workspace))
         base = {"principal": "local", "workspace_root": str(workspace)}
         thread = await handle.call("thread.open", base, timeout_s=10)
-        scope = {**base, "thread_id": thread["thread_id"]}
+        scope = {**base, "thread_id": thread.thread_id}
         # "ready" once echo is off, so the terminal's own echo cannot double the text.
         start = {**scope, "command": "stty -echo; echo ready; cat", "background": True,
                  "idempotency_key": "start-once"}
         one = await handle.call("exec.start", start, timeout_s=10)
         two = await handle.call("exec.start", start, timeout_s=10)
-        assert one["execution"]["execution_id"] == two["execution"]["execution_id"]
-        eid = one["execution"]["execution_id"]
+        assert one.execution.execution_id == two.execution.execution_id
+        eid = one.execution.execution_id
         for _ in range(100):
             status = await handle.call("exec.status", {**scope, "execution_id": eid,
                                                        "wait_ms": 100}, timeout_s=10)
-            if "ready" in status["output"]["text"]:
+            if "ready" in status.output.text:
                 break
         typed = {**scope, "execution_id": eid, "text": "ping-once", "submit": True,
                  "idempotency_key": "type-once", "wait_ms": 500}
         first = await handle.call("exec.input", typed, timeout_s=10)
         again = await handle.call("exec.input", typed, timeout_s=10)
-        assert again["input"]["replayed"] is True and "replayed" not in first["input"]
+        assert again.input.replayed is True and "replayed" not in first.input.wire()
         listed = await handle.call("exec.list", {**scope, "limit": 10}, timeout_s=10)
-        assert [r["execution_id"] for r in listed["executions"]] == [eid]
+        assert [r.execution_id for r in listed.executions] == [eid]
         status = await handle.call("exec.status", {**scope, "execution_id": eid, "wait_ms": 300},
                                    timeout_s=10)
-        assert status["output"]["text"].count("ping-once") == 1
+        assert status.output.text.count("ping-once") == 1
         with pytest.raises(TetherError) as conflict:
             await handle.call("exec.input", {**typed, "text": "other"}, timeout_s=10)
         assert conflict.value.code == ErrorCode.IDEMPOTENCY_CONFLICT

@@ -16,8 +16,8 @@ from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
-from tether.protocol.transport import REPLY_GRACE_S
 from tether.protocol.results import ResetShellResult, ThreadOpenResult
+from tether.protocol.transport import REPLY_GRACE_S
 
 #: Opening a thread may start its guardian and its shell: more than an ordinary call.
 THREAD_OPEN_TIMEOUT_S = 15.0
