@@ -1,31 +1,23 @@
 """What each tool returns, as pydantic models: the source of every tool's ``outputSchema``.
 
-Every result is ``{ok, status, code?, message?, data}`` (SPEC §6). ``data`` is the tool's
-own shape on success and the error's detail on failure; both keep keys they do not name, so
-a newer guardian's additions pass through and the schema never refuses a valid answer.
+Every result is ``{ok, status, code?, message?, data}`` (SPEC §6). ``data`` is one of the
+tool's shapes on success and the error's detail on failure. The schema validates the envelope
+and *describes* the shapes of ``data`` under ``$defs`` (named in ``data``'s description)
+without making clients validate them: MCP clients check every result against the schema (the
+Python SDK with jsonschema, on every call), and a union descending into 32 observe items cost
+a client more than the call itself (measured: 0.6-20 ms against 0.02 ms for the envelope).
+The nested records are the result models of ``tether.protocol.results``. Every model keeps
+keys it does not name, so a newer guardian's additions pass through.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tether.protocol.results import (
-    ExecutionRecord,
-    ExplainResult,
-    GetResult,
-    ListResult,
-    ObserveResult,
-    PromptResult,
-    ReadResult,
-    Recognition,
-    ScreenResult,
-    WaitResult,
-    WaitTurnResult,
-)
-
-D = TypeVar("D")
+#: A nested record (execution, recognition, receipt, page, screen): see protocol/results.py.
+Nested = dict[str, Any]
 
 
 class Open(BaseModel):
@@ -38,25 +30,17 @@ class ErrorData(Open):
     input_sent: bool | str | None = None
 
 
-class ToolOutput(Open, Generic[D]):
+class ToolOutput(Open):
     """The structured content of every tool result (SPEC §6)."""
 
     ok: bool
     status: str
     code: str | None = None
     message: str | None = None
-    data: D | ErrorData
+    data: dict[str, Any]
 
 
 # -- Initialize --------------------------------------------------------------------------------
-
-
-class GuardianSummary(Open):
-    running: bool
-    instance_id: str | None = None
-    protocol: str | None = None
-    capabilities: list[str] = []
-    pid: int | None = None
 
 
 class InitializeData(Open):
@@ -68,7 +52,7 @@ class InitializeData(Open):
     mode: str
     profile: str | None = None
     principal: str | None = None
-    guardian: GuardianSummary
+    guardian: Nested
     shell_running: bool | None = None
 
 
@@ -95,42 +79,77 @@ class CommandData(Open):
 
 
 class ScreenData(Open):
-    screen: ScreenResult
+    screen: Nested
 
 
-# -- Agent -------------------------------------------------------------------------------------
+class TurnData(Open):
+    outcome: str
+    recognition: Nested
+    execution: Nested
 
 
-class AgentRecord(ExecutionRecord):
-    recognition: Recognition | None = None
+# -- Execution and Agent -----------------------------------------------------------------------
 
 
-class AgentListData(Open):
-    executions: list[AgentRecord]
+class ListData(Open):
+    executions: list[Nested]
     catalog_cursor: int | None = None
 
 
-class AgentGetData(Open):
-    execution: AgentRecord
+class GetData(Open):
+    execution: Nested
 
 
-class AgentWaitData(Open):
+class PageData(Open):
+    text: str
+    start: int
+    end: int
+    has_more: bool
+    next_cursor: str
+    execution: Nested | None = None
+
+
+class ObserveData(Open):
+    items: list[Nested]
+    catalog_cursor: int
+
+
+class WaitData(Open):
     outcome: str
-    changed: list[AgentRecord]
+    changed: list[Nested]
     cursor: str
-    recognition: Recognition | None = None
+    recognition: Nested | None = None
 
 
-InitializeOutput = ToolOutput[InitializeData]
-BashCommandOutput = ToolOutput[CommandData | ScreenData | WaitTurnResult]
-ExecutionOutput = ToolOutput[
-    ListResult | GetResult | ReadResult | ObserveResult | WaitResult | ExplainResult
-]
-AgentOutput = ToolOutput[
-    AgentListData | AgentGetData | ReadResult | ExplainResult | AgentWaitData | PromptResult
-]
+class ExplainData(Open):
+    execution_id: str
+    recognition: Nested
+    observation: Nested
 
 
-def output_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema an MCP client sees as the tool's ``outputSchema``."""
-    return model.model_json_schema()
+class PromptData(Open):
+    receipt: Nested
+    replayed: bool
+    input_sent: bool
+
+
+def output_schema(*shapes: type[BaseModel]) -> dict[str, Any]:
+    """The envelope's JSON schema, with ``data``'s possible shapes described in ``$defs``."""
+    schema = ToolOutput.model_json_schema()
+    defs: dict[str, Any] = {}
+    every: tuple[type[BaseModel], ...] = (*shapes, ErrorData)
+    for shape in every:
+        shape_schema = shape.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(shape_schema.pop("$defs", {}))
+        defs[shape.__name__] = shape_schema
+    schema["$defs"] = defs
+    names = ", ".join(shape.__name__ for shape in shapes)
+    schema["properties"]["data"]["description"] = (
+        f"on success one of {names} (see $defs); on failure ErrorData")
+    return schema
+
+
+INITIALIZE_OUTPUT = output_schema(InitializeData)
+BASH_COMMAND_OUTPUT = output_schema(CommandData, ScreenData, TurnData)
+EXECUTION_OUTPUT = output_schema(ListData, GetData, PageData, ObserveData, WaitData, ExplainData)
+AGENT_OUTPUT = output_schema(ListData, GetData, PageData, ExplainData, WaitData, PromptData)

@@ -3,6 +3,7 @@ them, and every tool advertises an outputSchema that its structured content sati
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,12 @@ def test_results_of_an_older_guardian_parse_and_newer_fields_pass_through() -> N
              "output": {"text": "hi", "start": 0, "end": 3, "truncated": False}, "cwd": "/w"}
     parsed = read_result("exec.start", older)
     assert isinstance(parsed, ExecResult) and parsed.input is None
-    assert parsed.wire() == older  # nothing added on the way through
+    # Nothing added on the way through: neither by the model nor by what it sends on.
+    assert parsed.wire() == parsed.model_dump(exclude_unset=True) == older
     newer = {**older, "execution": {**older["execution"], "cpu_ms": 12}, "hint": "new"}
-    assert read_result("exec.start", newer).wire() == newer
+    again = read_result("exec.start", newer)
+    assert again.wire() == again.model_dump(exclude_unset=True) == newer
+    assert again.execution.model_extra == {"cpu_ms": 12}
 
 
 def test_a_reply_of_another_shape_is_refused() -> None:
@@ -37,6 +41,18 @@ def test_a_reply_of_another_shape_is_refused() -> None:
         read_result("exec.start", {"execution": {"status": "exited"}})
     assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH
     assert "exec.start" in caught.value.message
+
+
+def _shape_of(schema: dict[str, Any], data: dict[str, Any]) -> str | None:
+    """The first of the shapes named in ``data``'s description that ``data`` satisfies."""
+    described = schema["properties"]["data"]["description"]
+    names = re.findall(r"\b([A-Z]\w+)\b", described.split("(see")[0])
+    assert names, described
+    for name in names:
+        shape = {"$defs": schema["$defs"], **schema["$defs"][name]}
+        if jsonschema.Draft202012Validator(shape).is_valid(data):
+            return name
+    return None
 
 
 async def _schemas(client: Client) -> dict[str, dict[str, Any]]:
@@ -71,6 +87,8 @@ async def test_structured_content_satisfies_the_output_schema(client: Client,
         result = await client.call_tool(tool, args)
         assert result.structured_content is not None and not result.is_error, (tool, result)
         jsonschema.validate(result.structured_content, schemas[tool])
+        shape = _shape_of(schemas[tool], result.structured_content["data"])
+        assert shape is not None, (tool, args, result.structured_content["data"])
     refused = await client.call_tool("Execution", {**scope, "action": {
         "type": "get", "execution_id": "ex_nope"}})
     assert refused.is_error and refused.structured_content is not None

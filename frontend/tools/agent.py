@@ -12,7 +12,7 @@ import mcp_types as types
 
 from tether.frontend import results
 from tether.frontend.modes import Guard, check_agent_action, send_checked
-from tether.frontend.outputs import AgentOutput
+from tether.frontend.outputs import AGENT_OUTPUT
 from tether.frontend.schemas import AgentArgs, wire_cursor
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
@@ -31,7 +31,7 @@ class AgentTool(Tool):
         "and whether the agent's turn came back."
     )
     args_model = AgentArgs
-    output_model = AgentOutput
+    output_schema = AGENT_OUTPUT
     annotations = types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, open_world_hint=True
     )

@@ -83,8 +83,8 @@ class Tool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     args_model: ClassVar[type[BaseModel]]
-    #: The model of the structured content (``{ok, status, code?, message?, data}``).
-    output_model: ClassVar[type[BaseModel]]
+    #: The JSON schema of the structured content (``{ok, status, code?, message?, data}``).
+    output_schema: ClassVar[dict[str, Any]]
     annotations: ClassVar[types.ToolAnnotations | None] = None
 
     def definition(self) -> types.Tool:
@@ -92,7 +92,7 @@ class Tool(ABC):
             name=self.name,
             description=self.description,
             input_schema=self.args_model.model_json_schema(),
-            output_schema=self.output_model.model_json_schema(),
+            output_schema=self.output_schema,
             annotations=self.annotations,
         )
 

@@ -10,7 +10,7 @@ import mcp_types as types
 
 from tether.frontend import results
 from tether.frontend.modes import Guard, check_bash_action, send_checked
-from tether.frontend.outputs import BashCommandOutput
+from tether.frontend.outputs import BASH_COMMAND_OUTPUT
 from tether.frontend.schemas import (
     BashCommandArgs,
     CommandAction,
@@ -43,7 +43,7 @@ class BashCommandTool(Tool):
         "then is status=running with its execution_id."
     )
     args_model = BashCommandArgs
-    output_model = BashCommandOutput
+    output_schema = BASH_COMMAND_OUTPUT
     annotations = types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, open_world_hint=True
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mcp_types as types
 
 from tether.frontend import results
-from tether.frontend.outputs import ExecutionOutput
+from tether.frontend.outputs import EXECUTION_OUTPUT
 from tether.frontend.schemas import (
     ExecutionArgs,
     ExplainAction,
@@ -38,7 +38,7 @@ class ExecutionTool(Tool):
         "timeout_seconds}."
     )
     args_model = ExecutionArgs
-    output_model = ExecutionOutput
+    output_schema = EXECUTION_OUTPUT
     annotations = types.ToolAnnotations(
         read_only_hint=True, destructive_hint=False, open_world_hint=False
     )

@@ -11,7 +11,7 @@ from tether.frontend.authority import BASH
 from tether.frontend.guardians import GuardianHandle
 from tether.frontend.health import unresponsive
 from tether.frontend.modes import set_thread_mode, thread_mode
-from tether.frontend.outputs import InitializeOutput
+from tether.frontend.outputs import INITIALIZE_OUTPUT
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
@@ -35,7 +35,7 @@ class InitializeTool(Tool):
         "code_writer.allowed_commands and allowed_globs); first_call may set it too."
     )
     args_model = InitializeArgs
-    output_model = InitializeOutput
+    output_schema = INITIALIZE_OUTPUT
     annotations = types.ToolAnnotations(read_only_hint=False, destructive_hint=False)
 
     async def run(
