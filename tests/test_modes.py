@@ -185,7 +185,7 @@ async def test_the_guardian_refuses_input_checked_against_another_mode(
         done = await locator.call(session["workspace_root"], "exec.start",
                                   {**start, **checked, "command": "true", "wait_ms": 5000},
                                   timeout_s=10)
-        assert done["execution"]["exit_code"] == 0
+        assert done.execution.exit_code == 0
     finally:
         locator.close()
     assert not (workspace / "sneaked").exists()

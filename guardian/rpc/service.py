@@ -40,6 +40,7 @@ from tether.protocol.methods import (
     validation_error,
 )
 from tether.protocol.results import (
+    RESULTS,
     ExecResult,
     HelloResult,
     InputOutcome,
@@ -136,6 +137,9 @@ class GuardianService:
                 # runs in a task of its own, where asyncio.timeout() works.
                 await asyncio.sleep(0)
             result = await self._handlers[request.method](request, params)
+            if not isinstance(result, Result):
+                # A handler still building a plain map: its reply is checked all the same.
+                result = RESULTS[request.method].model_validate(result)
             return codec.encode(ok_response(self.version, request.id, result.wire()))
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
