@@ -668,8 +668,10 @@ def bench_fullscreen(run: Run) -> None:
 
 def bench_ingest(run: Run) -> None:
     big = run.cat_file()
-    raw = raw_pty_rate(big)
+    # The raw read right before and right after, so a shared machine's load weighs on both.
+    before = raw_pty_rate(big)
     rate, screen_ms, screen_ok, _ = asyncio.run(ingest(run.workspace, big))
+    raw = (before + raw_pty_rate(big)) / 2
     run.once("ingest_rate", lambda: rate)
     print(f"[ingest] cat {run.args.ingest_mb} MB: {rate:.1f} MB/s; raw PTY read {raw:.1f} MB/s; "
           f"ratio {rate / raw:.2f} (target >= 0.9)")

@@ -80,7 +80,9 @@ class TerminalScreen:
     #: Granularity of the search for long line runs (see :mod:`guardian.screen_skip`).
     skip_block = 8192
     #: Most bytes one job takes: bounds each job's skip searches (C-speed scans, but over
-    #: megabytes they would hold the loop for tens of milliseconds).
+    #: megabytes they would hold the loop for tens of milliseconds). After a job that was
+    #: plain text throughout, the next may take twice as much (up to ``compact_at``): plain
+    #: text is checked in one cheap pass, and each job costs a screenful of emulation.
     job_bytes = 1 << 20
 
     def __init__(
@@ -110,6 +112,8 @@ class TerminalScreen:
         self._waiters: list[tuple[int, asyncio.Future[ScreenSnapshot]]] = []
         self._paused = False
         self._last: ScreenSnapshot | None = None
+        self._job_size = self.job_bytes  # grows while jobs are plain text (see job_bytes)
+        self._plain = False  # the current job was one plain-text run
 
     @property
     def bytes_fed(self) -> int:
@@ -225,8 +229,10 @@ class TerminalScreen:
         up to its end draw, which is all the skip rules promise."""
         pending = self._pending
         size = len(pending)
-        if size > self.job_bytes:
-            size = pending.find(b"\n", self.job_bytes, self.job_bytes + 4096) + 1 or self.job_bytes
+        most = self._job_size
+        if size > most:
+            size = pending.find(b"\n", most, most + 4096) + 1 or most
+        self._plain = False
         taken = pending[:size]
         del pending[:size]  # O(1): a bytearray drops its head by moving its start
         protect = self._protect
@@ -246,6 +252,8 @@ class TerminalScreen:
 
     def _job_done(self) -> None:
         self._job = None
+        self._job_size = (min(self._job_size * 2, max(self.compact_at, self.job_bytes))
+                          if self._plain else self.job_bytes)
         self._emulated = self._job_end
         replies, self._replies[:] = self._replies[:], []
         if self._respond is not None:
@@ -334,6 +342,7 @@ class TerminalScreen:
                                           skip.line_runs(data, start, end, self.skip_block))
             return
         if skip.line_local(data[start : start + window // 16]) and skip.line_local(data[start:end]):
+            self._plain = True
             yield from self._emulate_runs(data, start, end, [(start, end)])
             return
         while end - start > 2 * window:
