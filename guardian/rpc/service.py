@@ -267,5 +267,5 @@ class GuardianService:
         result = await self._rt.results.settle(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
-        result.input = InputOutcome.model_validate(self._rt.inputs.observe(outcome))
+        result.input = InputOutcome.model_validate(await self._rt.inputs.observe(outcome))
         return result

@@ -99,7 +99,7 @@ class InputDesk:
         live, generation = self._target(params)
         if params.generation is not None and params.generation != generation:
             raise stale_generation(params.generation, generation)
-        before = live.screen.snapshot().text
+        before = (await live.screen.snapshot_async()).text  # a backlog is drawn off the loop
         mode = live.runtime.input_mode()
         await deliver(live, data, write_timeout_s)
         return {"execution_id": live.execution_id, "input_sent": True, "bytes": len(data),
@@ -108,7 +108,7 @@ class InputDesk:
                               "line_complete": data.endswith((b"\r", b"\n")),
                               "probe": _probe(params.text), "probe_count": _count(before, params.text)}}
 
-    def observe(self, outcome: dict[str, Any]) -> dict[str, Any]:
+    async def observe(self, outcome: dict[str, Any]) -> dict[str, Any]:
         """What was seen after a delivery: did the screen change, did the text echo, and how
         the program had the terminal set (before and after).
 
@@ -125,7 +125,7 @@ class InputDesk:
         if live is None:
             result["delivery"] = "program_exited"  # it ended while the input settled
             return result
-        after = live.screen.snapshot().text
+        after = (await live.screen.snapshot_async()).text
         probe = baseline.get("probe")
         changed = _digest(after) != baseline.get("screen_sha256")
         echo = None if probe is None else after.count(probe) > int(baseline.get("probe_count", 0))
