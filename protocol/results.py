@@ -29,7 +29,8 @@ class Result(BaseModel):
     field forgets it.
     """
 
-    model_config = ConfigDict(extra="allow")
+    # Built on first use: a guardian that has served one command needs a few of them.
+    model_config = ConfigDict(extra="allow", defer_build=True)
     _raw: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
