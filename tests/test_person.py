@@ -273,6 +273,28 @@ async def test_attach_ends_with_the_execution(client: Client, workspace: Path) -
         viewer.close()
 
 
+async def test_attach_shows_every_byte_once_in_order(client: Client, workspace: Path) -> None:
+    """Output poured after the paint (less than retention keeps, so nothing may be dropped)
+    reaches the person's terminal whole: no chunk lost, doubled or reordered."""
+    session = await initialize(client, workspace)
+    go = workspace / "go"
+    eid = await _start(client, session, f"echo waiting; while [ ! -e {go} ]; do sleep 0.05; "
+                                        "done; seq 1 100000")
+    await _wait_output(client, session, eid, "waiting")
+    viewer = PersonTerminal(["attach", eid])
+    try:
+        viewer.wait_for("waiting")
+        go.touch()
+        assert viewer.wait_exit(timeout=60) == 0
+        raw = viewer.output()
+    finally:
+        viewer.close()
+    assert raw.count(b"\x1b[2J") == 1  # painted once: never fell behind
+    poured = raw.split(b"\x1b[2J")[-1].split(b"[tether: ")[0]
+    numbers = [int(n) for n in re.findall(rb"(?<![\d;])(\d+)\r\n", poured)]
+    assert numbers == list(range(1, 100001))
+
+
 async def _output(client: Client, session: dict[str, Any], eid: str) -> str:
     page = await execution(client, session, {"type": "read", "execution_id": eid,
                                              "page_bytes": 65536})

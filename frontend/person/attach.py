@@ -2,7 +2,8 @@
 
 It paints the execution's current screen (cursor included) from ``exec.stream`` with
 ``screen``, then writes the raw output that follows that screen as it arrives, in large
-long-polled chunks (so it keeps up with a program printing 10 MB/s). It repaints when either
+long-polled chunks fetched up to AHEAD_BYTES ahead of the terminal (so it keeps up with a
+program printing 10 MB/s, and with ``cat`` when the machine is busy). It repaints when either
 side changes size or when retention dropped bytes it had not shown yet (a mirror cannot draw
 what it never saw), and says so when the sizes differ. With more rows than the execution, the
 last row is a status line, kept out of the mirror's way with a scroll region.
@@ -24,6 +25,7 @@ import signal
 import sys
 import termios
 import tty
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,11 @@ from tether.shared.config import Config
 BATCH_BYTES = 256 * 1024
 LINGER_TRICKLE_MS, LINGER_POUR_MS = 2, 20
 POURING_BYTES = 64 * 1024
+#: Output fetched but not yet written to the person's terminal. The guardian keeps only 1 MiB
+#: (15 ms of ``cat`` at full speed), so the mirror fetches ahead of a terminal that is
+#: momentarily slower (a busy machine, a scheduling hiccup) instead of falling behind
+#: retention and repainting; past this much it stops fetching and may fall behind after all.
+AHEAD_BYTES = 8 * 1024 * 1024
 DEFAULT_DETACH = "ctrl-\\"
 
 
@@ -133,7 +140,15 @@ class Attach:
         self.typed: asyncio.Queue[bytes] = asyncio.Queue()
         self.final: dict[str, Any] | None = None
         self.behind = False  # bytes were dropped unseen: repaint once caught up
-        self._writing = asyncio.Lock()
+        # Bytes for the person's terminal, in order, written by one task (see _writer).
+        self._ahead: deque[bytes] = deque()
+        self._ahead_bytes = 0  # queued plus being written
+        self._queued = asyncio.Event()  # something is in _ahead
+        self._room = asyncio.Event()  # _ahead_bytes < AHEAD_BYTES
+        self._room.set()
+        self._idle = asyncio.Event()  # nothing queued nor being written
+        self._idle.set()
+        self._writing: asyncio.Future[None] | None = None
         self._repaints: set[asyncio.Task[Any]] = set()
         self.failure: BaseException | None = None
 
@@ -147,11 +162,45 @@ class Attach:
             except BlockingIOError:  # a non-blocking terminal fd: wait for room, do not spin
                 select.select([], [self.out_fd], [])
 
-    async def _show(self, data: bytes) -> None:
-        """Write to the person's terminal from a worker thread, one writer at a time: a slow
+    def _queue(self, data: bytes) -> None:
+        """Hand ``data`` to the writer (after everything queued before it)."""
+        if not data:
+            return
+        self._ahead.append(data)
+        self._ahead_bytes += len(data)
+        self._queued.set()
+        self._idle.clear()
+        if self._ahead_bytes >= AHEAD_BYTES:
+            self._room.clear()
+
+    def _discard_queued(self) -> None:
+        """Drop output not handed to the terminal yet: a repaint draws what it would have."""
+        self._ahead_bytes -= sum(len(chunk) for chunk in self._ahead)
+        self._ahead.clear()
+        self._queued.clear()
+        self._after_write()
+
+    def _after_write(self) -> None:
+        if self._ahead_bytes < AHEAD_BYTES:
+            self._room.set()
+        if self._ahead_bytes == 0:
+            self._idle.set()
+
+    async def _writer(self) -> None:
+        """Write queued output from a worker thread, a chunk at a time, in order: a slow
         terminal then never stalls the detach key or the next fetch."""
-        async with self._writing:
-            await asyncio.to_thread(self._out, data)
+        while True:
+            await self._queued.wait()
+            data = self._ahead.popleft()
+            if not self._ahead:
+                self._queued.clear()
+            # A thread cannot be cancelled: shutdown waits for this write (see run).
+            self._writing = asyncio.ensure_future(asyncio.to_thread(self._out, data))
+            try:
+                await asyncio.shield(self._writing)
+            finally:
+                self._ahead_bytes -= len(data)
+                self._after_write()
 
     def _status(self) -> str:
         mode = "writing: keys go to it" if self.write else "read-only"
@@ -169,20 +218,24 @@ class Attach:
         self.behind = False
         screen = got["screen"]
         self.exec_size = Size(int(screen["rows"]), int(screen["cols"]))
-        await self._show(paint(screen, terminal_size(self.out_fd), self._status()))
+        self._discard_queued()  # all before got["end"]: the paint draws its effect
         self.offset = int(got["end"])
+        self._queue(paint(screen, terminal_size(self.out_fd), self._status()))
         return dict(got)
 
-    def _fetch(self, offset: int, last_size: int = 0) -> asyncio.Task[Any]:
+    def _fetch(self, last_size: int = 0) -> tuple[int, asyncio.Task[Any]]:
+        """Ask for the output after ``self.offset``; tagged with the epoch it was asked in."""
         linger = LINGER_POUR_MS if last_size >= POURING_BYTES else LINGER_TRICKLE_MS
-        return asyncio.get_running_loop().create_task(self.entry.call(
-            "exec.stream", {"execution_id": self.execution_id, "offset": offset,
+        return self.epoch, asyncio.get_running_loop().create_task(self.entry.call(
+            "exec.stream", {"execution_id": self.execution_id, "offset": self.offset,
                             "max_bytes": MAX_STREAM_BYTES, "timeout_ms": FOLLOW_WAIT_MS,
                             "min_bytes": BATCH_BYTES, "linger_ms": linger},
             timeout_s=FOLLOW_WAIT_MS / 1000 + RPC_SLACK_S))
 
     async def mirror(self) -> None:
-        """Fetch the next chunk while the last one is being written (a two-stage pipeline).
+        """Fetch output as fast as the guardian hands it out and queue it for the writer, up
+        to AHEAD_BYTES ahead of the person's terminal (a pipeline: the next fetch is always
+        under way while earlier output is being written).
 
         When retention dropped bytes before we fetched them (the program outruns the person's
         terminal), the mirror skips ahead and repaints from the screen once it has caught up,
@@ -193,27 +246,26 @@ class Attach:
         if first["status"] != "running" or not first["live"]:
             self.final = first
             return
-        pending = self._fetch(self.offset)
+        epoch, pending = self._fetch()
         try:
             while not self.detached.is_set():
-                epoch = self.epoch
                 got = await pending
-                if epoch != self.epoch:  # a repaint happened meanwhile: already drawn
-                    pending = self._fetch(self.offset)
+                if epoch != self.epoch:  # asked before a repaint, which drew all that
+                    epoch, pending = self._fetch()
                     continue
                 if (int(got["rows"]), int(got["cols"])) != \
                         (self.exec_size.rows, self.exec_size.cols):
                     await self.repaint()
-                    pending = self._fetch(self.offset)
+                    epoch, pending = self._fetch()
                     continue
                 self.behind = self.behind or bool(got["gap"])
                 self.offset = int(got["end"])
                 caught_up = self.offset >= int(got["journal_end"])
                 ended = caught_up and got["status"] != "running"
                 if not ended:
-                    pending = self._fetch(self.offset, len(got["data"]))
-                if got["data"]:
-                    await self._show(got["data"])
+                    epoch, pending = self._fetch(len(got["data"]))
+                self._queue(got["data"])
+                await self._room.wait()  # a terminal far behind: stop fetching ahead
                 # Repaint once the output calms down (or ends), not at every momentary catch-up
                 # while it still pours: each repaint makes the guardian emulate the screen.
                 calm = len(got["data"]) < POURING_BYTES or ended
@@ -222,8 +274,9 @@ class Attach:
                         pending.cancel()
                     await self.repaint()  # the screen as it is, now that we are level
                     if not ended:
-                        pending = self._fetch(self.offset)
+                        epoch, pending = self._fetch()
                 if ended:
+                    await self._idle.wait()  # everything shown before the farewell
                     self.final = dict(got)
                     return
         finally:
@@ -265,7 +318,7 @@ class Attach:
                         raise
                     # An agent's prompt is being typed (or the program just ended): these keys
                     # were not typed. Say so with the bell rather than end the session.
-                    await self._show(b"\x07")
+                    self._queue(b"\x07")
                     break
 
     # -- the session -----------------------------------------------------------------------
@@ -275,7 +328,8 @@ class Attach:
         loop.add_reader(self.in_fd, self._on_input)
         loop.add_signal_handler(signal.SIGWINCH, self._on_winch)
         tasks = [loop.create_task(self.mirror()), loop.create_task(self.send_typed()),
-                 loop.create_task(self.detached.wait()), loop.create_task(self.entry.watch())]
+                 loop.create_task(self.detached.wait()), loop.create_task(self.entry.watch()),
+                 loop.create_task(self._writer())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -291,6 +345,8 @@ class Attach:
             for task in [*tasks, *self._repaints]:
                 task.cancel()
             await asyncio.gather(*tasks, *self._repaints, return_exceptions=True)
+            if self._writing is not None:  # the farewell must not interleave with a write
+                await asyncio.wait([self._writing])
             loop.remove_signal_handler(signal.SIGWINCH)
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.in_fd)
