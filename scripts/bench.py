@@ -248,10 +248,22 @@ while time.perf_counter() - start < seconds:
 """
 
 
-async def attach_throughput(workspace: Path, command: str) -> tuple[float, int, int]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def attach_throughput(workspace: Path, command: str) -> dict[str, float]:
     """``tether attach`` in a PTY (the person's terminal, read as fast as a fast terminal
     would) while a background execution runs ``command``: bytes shown per second from the
-    moment the program starts, the bytes, and how many repaints (falling behind retention)."""
+    moment the program starts (``rate``, MB/s), the bytes (``shown``), how many repaints
+    (falling behind retention), and the CPU seconds the guardian, ``tether attach`` and
+    the terminal's reader (this process) spent meanwhile: on a shared 2-core machine the
+    pipeline's total CPU, not one stage's latency, is what bounds the rate."""
     import threading
 
     from ptyprocess import PtyProcess
@@ -262,6 +274,8 @@ async def attach_throughput(workspace: Path, command: str) -> tuple[float, int, 
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         eid = await _background(client, scope, f"while [ ! -e {go} ]; do sleep 0.01; done; "
                                                f"{command}")
+        [guardian] = [int(json.loads(p.read_text())["pid"])
+                      for p in Config.from_env().runtime_dir.glob("*/guardian.json")]
         tether = str(Path(sys.executable).with_name("tether"))
         proc = PtyProcess.spawn([tether, "attach", eid], dimensions=(50, 120), env=dict(os.environ))
         received: list[tuple[float, int]] = []
@@ -284,16 +298,22 @@ async def attach_throughput(workspace: Path, command: str) -> tuple[float, int, 
         while b"attached to" not in b"".join(chunks) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         painted = len(received)
+        pids = {"guardian": guardian, "attach": proc.pid, "terminal": os.getpid()}
+        cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
         start = time.perf_counter()
         go.touch()
+        # The attach ends with the program; its CPU is read just before it exits.
+        while reader.is_alive() and proc.isalive():
+            cpu = {name: _cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+            await asyncio.sleep(0.05)
         reader.join(timeout=300)
         proc.wait()
     after = b"".join(chunks[painted:])
     farewell = after.rfind(b"[tether: ")
     shown = after[:farewell] if farewell >= 0 else after
     last = max((t for t, _ in received[painted:]), default=start)
-    repaints = shown.count(b"tether: attached to")
-    return len(shown) / max(last - start, 1e-9) / 1e6, len(shown), repaints
+    return {"rate": len(shown) / max(last - start, 1e-9) / 1e6, "shown": len(shown),
+            "repaints": shown.count(b"tether: attached to"), **{f"cpu_{k}": v for k, v in cpu.items()}}
 
 
 async def restart_to_first_call(workspace: Path, rounds: int = 5) -> tuple[list[float], list[float]]:
@@ -681,19 +701,33 @@ def bench_ingest(run: Run) -> None:
 
 def bench_attach(run: Run) -> None:
     big = run.cat_file()
-    raw = raw_pty_rate(big)
-    rate, shown, repaints = asyncio.run(attach_throughput(run.workspace, f"cat {big}"))
-    print(f"[attach] tether attach of cat {run.args.ingest_mb} MB: {rate:.1f} MB/s shown in the "
-          f"person's terminal ({shown / 1e6:.0f} MB, {repaints} repaints after falling behind); "
-          f"raw PTY read {raw:.1f} MB/s; ratio {rate / raw:.2f} (target >= 0.7)"
-          + (f"; to the ingest rate {rate / run.once('ingest_rate', lambda: 0.0):.2f}"
-             if run.once("ingest_rate", lambda: 0.0) else ""))
+    mb = run.args.ingest_mb
+    ratios, rates = [], []
+    for i in range(run.args.attach_rounds):
+        # The raw read right before and right after, so a shared machine's load weighs on both.
+        before = raw_pty_rate(big)
+        r = asyncio.run(attach_throughput(run.workspace, f"cat {big}"))
+        raw = (before + raw_pty_rate(big)) / 2
+        ratios.append(r["rate"] / raw)
+        rates.append(r["rate"])
+        print(f"[attach] round {i + 1}: tether attach of cat {mb} MB: {r['rate']:.1f} MB/s shown "
+              f"in the person's terminal ({r['shown'] / 1e6:.0f} MB, {r['repaints']:.0f} repaints "
+              f"after falling behind); raw PTY read {raw:.1f} MB/s; ratio {ratios[-1]:.2f}; CPU s "
+              f"per 100 MB: guardian {r['cpu_guardian'] * 100 / mb:.2f}, attach "
+              f"{r['cpu_attach'] * 100 / mb:.2f}, the terminal's reader (the bench process) "
+              f"{r['cpu_terminal'] * 100 / mb:.2f}")
+    ingest = run.once("ingest_rate", lambda: 0.0)
+    median = sorted(ratios)[len(ratios) // 2]
+    rates.sort()
+    print(f"[attach] median ratio to the raw PTY read over {len(ratios)} rounds: {median:.2f} "
+          f"(target >= 0.7)" + (f"; median rate to the ingest bench's rate (attach can show "
+                                f"only what the guardian read) {rates[len(rates) // 2] / ingest:.2f}"
+                                if ingest else ""))
     paced = run.base / "paced.py"
     paced.write_text(PACED_WRITER)
-    paced_rate, paced_bytes, paced_repaints = asyncio.run(
-        attach_throughput(run.workspace, f"{sys.executable} {paced} 10e6 3"))
-    print(f"[attach] a program printing 10 MB/s for 3 s: {paced_rate:.1f} MB/s shown "
-          f"({paced_bytes / 1e6:.1f} MB), {paced_repaints} repaints (keeps up when 0)")
+    p = asyncio.run(attach_throughput(run.workspace, f"{sys.executable} {paced} 10e6 3"))
+    print(f"[attach] a program printing 10 MB/s for 3 s: {p['rate']:.1f} MB/s shown "
+          f"({p['shown'] / 1e6:.1f} MB), {p['repaints']:.0f} repaints (keeps up when 0)")
 
 
 def bench_rss(run: Run) -> None:
@@ -754,6 +788,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--ingest-mb", type=int, default=100, help="size of the cat benchmark file")
+    parser.add_argument("--attach-rounds", type=int, default=3,
+                        help="rounds of the attach bench (each with its own raw PTY read)")
     parser.add_argument("--fullscreen-mb", type=int, default=100,
                         help="size of the full-screen (cursor-addressed) stream")
     parser.add_argument("--only", action="append", choices=sorted(BENCHES), metavar="NAME",
