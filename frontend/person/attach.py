@@ -46,7 +46,9 @@ POURING_BYTES = 64 * 1024
 #: (15 ms of ``cat`` at full speed), so the mirror fetches ahead of a terminal that is
 #: momentarily slower (a busy machine, a scheduling hiccup) instead of falling behind
 #: retention and repainting; past this much it stops fetching and may fall behind after all.
-AHEAD_BYTES = 8 * 1024 * 1024
+#: On the busy 2-core machine 8 MiB still dropped 4-27 MB of a 100 MB ``cat`` in some rounds
+#: of ``scripts/bench --only attach``; 32 MiB (about a second of lag at most) dropped none.
+AHEAD_BYTES = 32 * 1024 * 1024
 DEFAULT_DETACH = "ctrl-\\"
 
 
