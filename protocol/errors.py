@@ -70,6 +70,8 @@ class ErrorCode(StrEnum):
     MODE_DENIED = "mode_denied"
     MODE_CHANGED = "mode_changed"
     CONFIG_INVALID = "config_invalid"
+    # The state directory cannot be written (a full disk): names the path and free space.
+    STORAGE_UNAVAILABLE = "storage_unavailable"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"
 

@@ -11,6 +11,7 @@ cursor that ``Execution.wait`` watches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -139,6 +140,9 @@ class Catalog:
     def __init__(self, path: Path, clock: Clock | None = None) -> None:
         self.path = path
         self.clock = clock or Clock()
+        # Execution updates the disk refused, shown by reads until written (write_kept).
+        self._kept: dict[str, dict[str, Any]] = {}
+        self.storage_error: BaseException | None = None
         self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
         path.chmod(0o600)
@@ -155,14 +159,19 @@ class Catalog:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One write transaction (BEGIN IMMEDIATE: writers queue instead of failing)."""
+        """One write transaction (BEGIN IMMEDIATE: writers queue instead of failing).
+
+        A failed COMMIT (a full disk) rolls back too, so the connection is never left inside
+        a transaction that would make every later write fail."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -235,6 +244,36 @@ class Catalog:
         assert inserted is not None
         return inserted
 
+    def update_execution_or_keep(self, execution_id: str, **fields: Any) -> bool:
+        """:meth:`update_execution` that survives a failing disk: when the write fails, the
+        fields are kept in memory, every read of this catalog object shows them, and
+        :meth:`write_kept` writes them later. Returns whether they are on disk now."""
+        merged = {**self._kept.pop(execution_id, {}), **fields}
+        try:
+            self.update_execution(execution_id, **merged)
+        except (sqlite3.Error, OSError) as exc:
+            self._kept[execution_id] = merged
+            self.storage_error = exc
+            return False
+        return True
+
+    def write_kept(self) -> bool:
+        """Try to write every kept update; True when none is left."""
+        for execution_id in list(self._kept):
+            if not self.update_execution_or_keep(execution_id):
+                return False
+        self.storage_error = None
+        return True
+
+    @property
+    def kept(self) -> int:
+        """Updates waiting in memory for the disk."""
+        return len(self._kept)
+
+    def _overlay(self, record: dict[str, Any]) -> dict[str, Any]:
+        kept = self._kept.get(record["execution_id"])
+        return {**record, **kept} if kept else record
+
     def update_execution(self, execution_id: str, **fields: Any) -> dict[str, Any] | None:
         """Persist changed fields only; returns the record, or None when it does not exist.
 
@@ -242,7 +281,7 @@ class Catalog:
         ``observed_at_unix_ms`` nor ``change_seq`` moves.
         """
         with self.transaction():
-            current = self.get_execution(execution_id)
+            current = self._stored_execution(execution_id)
             if current is None:
                 return None
             changed = {k: v for k, v in fields.items() if current.get(k) != v}
@@ -258,6 +297,10 @@ class Catalog:
         return self.get_execution(execution_id)
 
     def get_execution(self, execution_id: str) -> dict[str, Any] | None:
+        record = self._stored_execution(execution_id)
+        return None if record is None else self._overlay(record)
+
+    def _stored_execution(self, execution_id: str) -> dict[str, Any] | None:
         row = self._db.execute(
             "SELECT * FROM executions WHERE execution_id = ?", (execution_id,)
         ).fetchone()
@@ -268,7 +311,7 @@ class Catalog:
         rows = self._db.execute(
             f"SELECT * FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
         ).fetchall()
-        return {row["execution_id"]: _decode_row(row) for row in rows}
+        return {row["execution_id"]: self._overlay(_decode_row(row)) for row in rows}
 
     def list_executions(
         self, thread_id: str, limit: int, kind: str | None = None
@@ -280,7 +323,7 @@ class Catalog:
             query += " AND kind = ?"
             args.append(kind)
         rows = self._db.execute(query + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
-        return [_decode_row(row) for row in rows]
+        return [self._overlay(_decode_row(row)) for row in rows]
 
     def list_threads(self) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT * FROM threads ORDER BY created_unix_ms").fetchall()

@@ -31,8 +31,6 @@ pytestmark = pytest.mark.anyio
 
 MIB = 1024 * 1024
 
-#: Reproductions whose fix has not landed yet (strict: the suite says so once they pass).
-not_fixed_yet = pytest.mark.xfail(strict=True, reason="issue 11: fix not landed yet")
 
 #: The issue's forgery: read the nonce from $PS1, print an end marker (exit 0) and a cwd
 #: marker, then really end 2 s later with exit 1.
@@ -143,6 +141,19 @@ def _fill(directory: Path) -> Path:
     return filler
 
 
+async def poll_record(client: Client, session: dict[str, Any], execution_id: str,
+                      done: Any, timeout: float = 10.0) -> dict[str, Any]:
+    """The record once ``done(record)`` holds (polled through the guardian)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record = (await execution(client, session, {
+            "type": "get", "execution_id": execution_id}))["data"]["execution"]
+        if done(record):
+            return dict(record)
+        assert time.monotonic() < deadline, record
+        await asyncio.sleep(0.05)
+
+
 def _catalog_rows(catalog: Path, ids: list[str]) -> dict[str, tuple[str, int | None]]:
     """Status and exit code straight from the catalog file (not through the guardian)."""
     db = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
@@ -155,7 +166,6 @@ def _catalog_rows(catalog: Path, ids: list[str]) -> dict[str, tuple[str, int | N
     return {row[0]: (row[1], row[2]) for row in rows}
 
 
-@not_fixed_yet
 async def test_full_disk_loses_no_exit(
     client: Client, workspace: Path, tether_env: Config, small_state_disk: Path
 ) -> None:
@@ -183,6 +193,11 @@ async def test_full_disk_loses_no_exit(
         poll(lambda: not [p for p in procs if p.is_running() and "sleep" in p.name()],
              what="the commands to end")
         assert psutil.pid_exists(guardian_pid)
+        # The guardian tells the truth from memory while the file cannot take it yet.
+        for eid, code in expected.items():
+            record = await poll_record(client, session, eid, lambda r: r["status"] != "running")
+            assert (record["status"], record["exit_code"]) == ("exited", code)
+        assert any(status == "running" for status, _ in _catalog_rows(catalog, list(expected)).values())
     finally:
         filler.unlink()
     # Space is back: the records become true by themselves (read from the file, not asked).

@@ -7,6 +7,10 @@ the child wrote). When the newest segment reaches the retention size a new one s
 segments wholly before the retention window are deleted, so the head is dropped in O(1)
 without ever rewriting retained bytes. The logical window is exactly the last ``retain``
 bytes; everything before ``start`` is a gap that readers report, never hide.
+
+Appending never raises: bytes the disk refuses (full, I/O error) are held in memory — at most
+the retention window of them — readable like the rest, and written by the next append or
+:meth:`Journal.flush`, so the PTY reader survives a full disk and the offsets stay true.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tether.shared.segments import DEFAULT_RETAIN_BYTES, scan_segments, segment_path, window
+from tether.shared.segments import DEFAULT_RETAIN_BYTES, scan_segments, segment_path
 from tether.shared.segments import Segment as _Segment
 
 __all__ = ["DEFAULT_RETAIN_BYTES", "Journal"]
@@ -36,40 +40,90 @@ class Journal:
         if not self._segments:
             self._segments.append(self._new_segment(0))
         self._fd: int | None = None
+        # Bytes accepted but not on disk yet, and the absolute offset of the first of them.
+        self._held = bytearray()
+        self._held_base = 0
+        self.write_error: OSError | None = None
 
     # -- figures ---------------------------------------------------------------------------
 
     @property
     def end(self) -> int:
-        """Absolute offset one past the last byte ever written."""
+        """Absolute offset one past the last byte ever appended (on disk or still held)."""
+        return self._held_base + len(self._held) if self._held else self._disk_end
+
+    @property
+    def _disk_end(self) -> int:
         last = self._segments[-1]
         return last.base + last.size
 
     @property
     def start(self) -> int:
         """Absolute offset of the first retained byte (bytes before it were dropped)."""
-        return window(self._segments, self.retain)[0]
+        return max(self._segments[0].base, self.end - self.retain)
 
     @property
     def retained(self) -> int:
         return self.end - self.start
 
+    @property
+    def unwritten(self) -> int:
+        """Bytes held in memory because the disk refused them."""
+        return len(self._held)
+
     # -- writing ---------------------------------------------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Append raw bytes. The only thing the PTY reader does with output."""
-        view = memoryview(data)
-        while view:
-            last = self._segments[-1]
-            room = self.retain - last.size
-            if room <= 0:
-                self._roll()
-                continue
-            piece = view[:room]
-            fd = self._writer()
-            written = os.write(fd, piece)
-            last.size += written
-            view = view[written:]
+        """Append raw bytes. The only thing the PTY reader does with output. Never raises."""
+        if self._held:
+            self._held += data
+            self._trim_held()
+            self.flush()
+            return
+        written = self._write(memoryview(data))
+        if written < len(data):
+            self._held_base = self._disk_end
+            self._held = bytearray(data[written:])
+            self._trim_held()
+
+    def flush(self) -> bool:
+        """Write the held bytes if the disk takes them now; True when none are left."""
+        if not self._held:
+            return True
+        if self._held_base != self._disk_end:
+            # More than the window was held: the bytes in between were dropped for good.
+            self._start_segment(self._held_base)
+        written = self._write(memoryview(bytes(self._held)))  # a copy: _held is resized
+        del self._held[:written]
+        self._held_base += written
+        if not self._held:
+            self.write_error = None
+        return not self._held
+
+    def _trim_held(self) -> None:
+        excess = len(self._held) - self.retain
+        if excess > 0:
+            del self._held[:excess]
+            self._held_base += excess
+
+    def _write(self, view: memoryview) -> int:
+        """Write as much of ``view`` as the disk takes; returns how much that was."""
+        total = 0
+        try:
+            while view:
+                last = self._segments[-1]
+                room = self.retain - last.size
+                if room <= 0:
+                    self._start_segment(self._disk_end)
+                    continue
+                written = os.write(self._writer(), view[:room])
+                last.size += written
+                total += written
+                view = view[written:]
+        except OSError as exc:
+            self.write_error = exc.with_traceback(None)  # keep no frame (and no buffer) alive
+            self.close()  # reopen on the next try
+        return total
 
     def _writer(self) -> int:
         if self._fd is None:
@@ -77,9 +131,9 @@ class Journal:
             self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         return self._fd
 
-    def _roll(self) -> None:
+    def _start_segment(self, base: int) -> None:
         self.close()
-        self._segments.append(self._new_segment(self.end))
+        self._segments.append(self._new_segment(base))
         # Keep only segments that still hold bytes inside the retention window.
         window_start = self.end - self.retain
         while len(self._segments) > 1 and (
@@ -97,9 +151,11 @@ class Journal:
     def delete(self) -> None:
         """Remove every segment (the record was pruned)."""
         self.close()
+        end = self.end
         for seg in self._segments:
             seg.path.unlink(missing_ok=True)
-        self._segments = [_Segment(self.end, self._segment_path(self.end), 0)]
+        self._held.clear()
+        self._segments = [_Segment(end, self._segment_path(end), 0)]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -120,6 +176,9 @@ class Journal:
                     chunks.append(fh.read(hi - lo))
             except FileNotFoundError:
                 continue  # pruned concurrently: a gap, reported by the caller's figures
+        if self._held and stop > self._held_base:
+            lo = max(offset, self._held_base) - self._held_base
+            chunks.append(bytes(self._held[lo : stop - self._held_base]))
         return b"".join(chunks)
 
     # -- files -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +52,7 @@ from tether.protocol.results import (
 )
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
+from tether.shared.storage import storage_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,10 @@ class GuardianService:
             return codec.encode(ok_response(self.version, request.id, result.wire()))
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
+        except sqlite3.Error as exc:
+            log.warning("catalog write failed: %s", exc)
+            refused = storage_unavailable(self._rt.catalog.path, exc)
+            return codec.encode(error_response(self.version, rid, refused))
         except Exception:
             log.exception("handler failed")
             internal = TetherError(ErrorCode.INTERNAL, "the guardian hit an internal error; see its log")

@@ -8,13 +8,20 @@ The record keeps the final screen's text, so the screen must be caught up first.
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
 once a catch-up off the loop has drawn it (the execution looks running until then).
+
+An end is never lost to a failing disk: a transition the catalog cannot write is kept in
+memory (reads show it), journal bytes the disk refused stay held, and both are retried every
+:data:`RETRY_S` until written; then waiters are woken again, so the records become true
+without anyone asking.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
+from tether.guardian.history.journal import Journal
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.shared.catalog import Catalog
@@ -24,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Screen text kept on a record when its runtime ends (R17).
 SCREEN_TEXT_LIMIT = 64 * 1024
+#: How often writes the disk refused are tried again.
+RETRY_S = 0.5
 
 
 class Finisher:
@@ -37,6 +46,8 @@ class Finisher:
         self._live = live
         self._notifier = notifier
         self._drawing: dict[str, asyncio.Task[None]] = {}
+        self._unflushed: list[Journal] = []  # journals of ended executions with held bytes
+        self._retry: asyncio.TimerHandle | None = None
 
     def finish(
         self,
@@ -79,7 +90,8 @@ class Finisher:
         now: int, text: str,
     ) -> None:
         screen_text = text.encode()[-SCREEN_TEXT_LIMIT:]
-        self._catalog.update_execution(
+        live.journal.flush()
+        written = self._catalog.update_execution_or_keep(
             live.execution_id,
             status=status,
             exit_code=exit_code if status == "exited" else None,
@@ -93,8 +105,35 @@ class Finisher:
         )
         live.exit_code = exit_code
         live.journal.close()
+        if live.journal.unwritten:
+            self._unflushed.append(live.journal)
+        if not written or live.journal.unwritten:
+            log.warning("execution %s ended (%s) but the disk refused it: %s; retrying",
+                        live.execution_id, status,
+                        self._catalog.storage_error or live.journal.write_error)
+            self._schedule_retry()
         live.done.set()
         if live.kind != "command":
             live.runtime.close()
         self._live.remove(live.execution_id)
         self._notifier.notify()
+
+    def keep(self, execution_id: str, **fields: Any) -> None:
+        """Persist other fields of a record (orphans found at a reset), or keep and retry."""
+        if not self._catalog.update_execution_or_keep(execution_id, **fields):
+            self._schedule_retry()
+
+    def _schedule_retry(self) -> None:
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        self._unflushed = [journal for journal in self._unflushed if not journal.flush()]
+        for live in self._live:
+            live.journal.flush()
+        if self._catalog.write_kept() and not self._unflushed:
+            log.info("the disk accepts writes again: every kept transition is written")
+            self._notifier.notify()
+        else:
+            self._schedule_retry()

@@ -24,6 +24,7 @@ from tether.protocol.methods import ResetShellParams, ThreadOpenParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.storage import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,8 @@ class Threads:
             if interrupted is not None and orphans:
                 record = self._catalog.get_execution(interrupted.execution_id)
                 runtime = (record or {}).get("runtime") or {}
-                self._catalog.update_execution(interrupted.execution_id,
-                                               runtime={**runtime, "orphans": orphans})
+                self._finisher.keep(interrupted.execution_id,
+                                    runtime={**runtime, "orphans": orphans})
             old.close()
         shell = self.ensure_shell(thread)
         return {"thread_id": params.thread_id, "generation": shell.generation, "cwd": shell.cwd,
@@ -173,7 +174,10 @@ class Threads:
     def marker_ignored(self, live: LiveExecution, detail: str) -> None:
         """A marker the kernel did not confirm: kept as an event of the execution."""
         log.warning("execution %s: %s", live.execution_id, detail)
-        self._catalog.add_execution_event(live.execution_id, "marker_ignored", detail)
+        try:
+            self._catalog.add_execution_event(live.execution_id, "marker_ignored", detail)
+        except STORAGE_ERRORS as exc:  # the PTY reader must not die on a full disk
+            log.warning("could not record that event: %s", exc)
 
     def command_discarded(self, live: LiveExecution) -> None:
         self._finisher.finish(live, None, reason="discarded_before_start", status="unknown")
@@ -181,13 +185,20 @@ class Threads:
     def shell_exited(self, shell: MainShell, status: ExitStatus) -> None:
         if self._shells.get(shell.thread_id) is shell:
             del self._shells[shell.thread_id]
-            self._catalog.update_thread(shell.thread_id, cwd=shell.cwd)
+            self._remember_cwd(shell)
         if shell.current is not None:
             # `exit 3` typed as a command: the shell's exit is that command's exit.
             self._finisher.finish(shell.current, status.shell_style_code, reason="shell_exited")
             shell.current = None
         shell.close()
         self._notifier.notify()
+
+    def _remember_cwd(self, shell: MainShell) -> None:
+        """Best effort: the next generation starts there (a full disk must not stop an exit)."""
+        try:
+            self._catalog.update_thread(shell.thread_id, cwd=shell.cwd)
+        except STORAGE_ERRORS as exc:
+            log.warning("could not remember the cwd of thread %s: %s", shell.thread_id, exc)
 
     def output_arrived(self) -> None:
         self._notifier.notify_output()
@@ -201,7 +212,7 @@ class Threads:
     def close_all(self) -> None:
         """Remember each shell's cwd and close it (guardian shutdown)."""
         for shell in list(self._shells.values()):
-            self._catalog.update_thread(shell.thread_id, cwd=shell.cwd)
+            self._remember_cwd(shell)
             shell.close()
         self._shells.clear()
 
