@@ -237,11 +237,20 @@ class ThreadOpenResult(Result):
     shell_running: bool | None = None
 
 
+class Orphan(Result):
+    """A process of a replaced shell that is still running, reported, never adopted (R13)."""
+
+    pid: int
+    reason: str
+
+
 class ResetShellResult(Result):
     thread_id: str
     generation: int
     cwd: str
     replayed: bool | None = None
+    #: Processes of the old shell that survived the reset or had left its session.
+    orphans: list[Orphan] | None = None
 
 
 class ModeConfig(Result):
