@@ -179,6 +179,9 @@ class MainShell:
                     self._reject_end("more output followed it")
             elif self._in_command and self.current is not None:
                 self.current.append_output(piece)
+        if self._end is not None:
+            # The prompt's own bytes just came: the shell is about to wait for input.
+            self._schedule_check(restart=True)
         self._listener.output_arrived()
 
     def _on_marker(self, marker: Marker) -> None:
