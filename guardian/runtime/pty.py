@@ -30,6 +30,8 @@ from tether.shared.identity import ProcessIdentity, boot_id
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
+#: Most bytes one reader wake-up takes before it lets the loop run something else.
+READ_BURST = 1024 * 1024
 #: After the runtime's process exits, how long other holders of the terminal (children it
 #: left behind) may keep writing before the exit is reported and the terminal closed.
 DRAIN_BOUND_S = 1.0
@@ -140,23 +142,39 @@ class PtyRuntime:
     # -- output ----------------------------------------------------------------------------
 
     def _read_available(self) -> bool:
-        """Read what the PTY has now; returns False once the PTY is closed (EOF/EIO)."""
+        """Read what the PTY has now; returns False once the PTY is closed (EOF/EIO).
+
+        A PTY hands over at most a few kilobytes per read (the line discipline's buffer), so
+        one wake-up reads on until the PTY is empty or :data:`READ_BURST` bytes are in, and
+        passes them on at once: one journal write and one screen feed per burst instead of
+        per 4 KB, and one event-loop round trip less per read.
+        """
         proc = self._proc
         if proc is None or proc.fd < 0:
             return False
-        try:
-            data = os.read(proc.fd, READ_CHUNK)
-        except BlockingIOError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EIO:
-                log.warning("pty read failed: %s", exc)
+        chunks: list[bytes] = []
+        total = 0
+        closed = False
+        while total < READ_BURST:
+            try:
+                data = os.read(proc.fd, READ_CHUNK)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    log.warning("pty read failed: %s", exc)
+                closed = True
+                break
+            if not data:
+                closed = True
+                break
+            chunks.append(data)
+            total += len(data)
+        if chunks:
+            self._on_output(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        if closed:
             self._stop_reading()
             return False
-        if not data:
-            self._stop_reading()
-            return False
-        self._on_output(data)
         return True
 
     def _at_eof(self) -> None:
