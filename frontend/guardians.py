@@ -45,7 +45,8 @@ _READ_ONLY = frozenset(
     {"hello", "thread.open", "exec.status", "exec.screen", "exec.list", "exec.get",
      "exec.read", "exec.observe", "exec.wait", "exec.explain", "exec.wait_turn", "agent.receipt",
      "workspace.list", "exec.describe", "exec.stream",
-     "thread.mode", "thread.set_mode"}
+     "thread.mode", "thread.set_mode",
+     "agent.list", "agent.get", "agent.notifications", "exec.ancestor"}
 )
 
 

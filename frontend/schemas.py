@@ -8,13 +8,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.protocol.limits import (
+    CONVERSATION_ID_PATTERN,
     DEFAULT_LIST_LIMIT,
     DEFAULT_OBSERVE_PAGE_BYTES,
     DEFAULT_PAGE_BYTES,
     ID_PATTERN,
+    LABEL_KEY_PATTERN,
+    MAX_AGENT_LIST,
+    MAX_ARGV,
     MAX_COLS,
     MAX_GENERATION,
     MAX_KEYS,
+    MAX_LABELS,
     MAX_LIST_LIMIT,
     MAX_OBSERVE_WAIT_MS,
     MAX_PAGE_BYTES,
@@ -22,6 +27,7 @@ from tether.protocol.limits import (
     MAX_PROMPT_WAIT_MS,
     MAX_QUIET_MS,
     MAX_ROWS,
+    MAX_TITLE,
     MAX_WAIT_IDS,
     MAX_WAIT_MS,
     MAX_WIRE_INT,
@@ -215,25 +221,52 @@ class ExecutionArgs(ToolArgs):
     action: ExecutionAction
 
 
+AgentWaitEvent = Literal[
+    "state", "output", "exited", "awaiting_input", "awaiting_approval", "busy", "unknown",
+    "notification",
+]
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN)]
+
+
 class AgentArgs(ToolArgs):
-    """Observe agents running in terminals, and prompt them exactly once."""
+    """Observe agents, prompt them exactly once, and run managed agents' lifecycle."""
 
     thread_id: Id
     workspace_root: WorkspaceRoot
     backend: Literal["native", "herdr"] = "native"
-    action: Literal["list", "get", "read", "explain", "wait", "prompt"]
+    action: Literal["list", "get", "read", "explain", "wait", "prompt", "launch", "close",
+                    "resume", "archive", "unarchive", "cancel", "label", "notifications"]
     target: Id | None = Field(default=None, description="execution_id of the agent")
     prompt_id: Annotated[str, Field(pattern=PROMPT_ID_PATTERN)] | None = None
     text: CleanText | None = Field(
         default=None, description=f"prompt text (at most {MAX_PROMPT_BYTES // 1024} KiB)")
     recognizer: Recognizer = "auto"
     timeout_seconds: float = Field(default=10, ge=0, le=MAX_PROMPT_WAIT_MS // 1000)
-    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT)
+    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_AGENT_LIST)
     source: Literal["output", "screen", "detection"] = "output"
     page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
     cursor: str | None = None
-    events: list[WaitEvent] | None = None
+    events: list[AgentWaitEvent] | None = None
     after: CatalogCursor | str | None = None
+    # launch
+    provider: Literal["command", "claude", "codex", "opencode"] = Field(
+        default="command", description="launch: what to run; command needs argv")
+    argv: list[CleanText] | None = Field(
+        default=None, max_length=MAX_ARGV, description="launch: program and arguments (no shell)")
+    conversation_id: Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)] | None = None
+    title: CleanText | None = Field(default=None, max_length=MAX_TITLE)
+    labels: dict[LabelKey, CleanText | None] | None = Field(
+        default=None, max_length=MAX_LABELS,
+        description="launch: initial labels; label: changes (null removes a key). A client "
+                    "holding an agent open sets tether.open.<client-id> = \"true\"")
+    auto_archive: bool = False
+    notify_on_finish: bool | None = Field(
+        default=None, description="default: true when this server runs inside a Tether execution")
+    rows: int | None = Field(default=None, ge=MIN_ROWS, le=MAX_ROWS)
+    cols: int | None = Field(default=None, ge=MIN_COLS, le=MAX_COLS)
+    # list / notifications
+    parent: Id | None = Field(default=None, description="list/notifications: the parent execution")
+    include_archived: bool = False
 
 
 def wire_cursor(after: int | str | None) -> str | None:

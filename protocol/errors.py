@@ -72,6 +72,10 @@ class ErrorCode(StrEnum):
     CONFIG_INVALID = "config_invalid"
     # The state directory cannot be written (a full disk): names the path and free space.
     STORAGE_UNAVAILABLE = "storage_unavailable"
+    # Managed-agent lifecycle (SPEC §8)
+    CANCEL_NOT_ACKNOWLEDGED = "cancel_not_acknowledged"
+    INVALID_STATE = "invalid_state"
+    SPAWN_FAILED = "spawn_failed"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"
 

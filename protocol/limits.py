@@ -87,3 +87,25 @@ THREAD_MAX_BYTES = 16 * 1024 * 1024
 RECORD_TTL_MS = 24 * 3600 * 1000
 #: Raw output kept per execution (the journal's rolling window).
 EXECUTION_RETAIN_BYTES = 1024 * 1024
+
+# -- managed agents (SPEC §8) ----------------------------------------------------------------
+
+#: Label keys (``tether.open.<client-id>`` among them) and provider conversation ids.
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+MAX_ARGV = 256
+MAX_ARGV_BYTES = 64 * 1024
+MAX_LABELS = 64
+MAX_LABEL_VALUE = 1024
+MAX_TITLE = 200
+MAX_CANCEL_WAIT_MS = 30_000
+DEFAULT_CANCEL_WAIT_MS = 10_000
+MAX_AGENT_LIST = 500
+DEFAULT_AGENT_LIST = 100
+MAX_NOTIFICATIONS = 500
+MAX_NOTIFICATION_WAIT_MS = 30_000
+#: How long a lifecycle request may take (launch, resume, close and archive wait for
+#: processes to start or end; an archive cascade closes a whole tree).
+AGENT_RPC_TIMEOUT_S = 30.0
+#: A front-end's own process and its ancestors sent to find its parent execution (R24).
+MAX_ANCESTORS = 64

@@ -17,18 +17,31 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
+    CONVERSATION_ID_PATTERN,
+    DEFAULT_AGENT_LIST,
+    DEFAULT_CANCEL_WAIT_MS,
     DEFAULT_COLS,
     DEFAULT_LIST_LIMIT,
     DEFAULT_OBSERVE_PAGE_BYTES,
     DEFAULT_PAGE_BYTES,
     DEFAULT_ROWS,
     ID_PATTERN,
+    LABEL_KEY_PATTERN,
+    MAX_AGENT_LIST,
+    MAX_ANCESTORS,
+    MAX_ARGV,
+    MAX_ARGV_BYTES,
+    MAX_CANCEL_WAIT_MS,
     MAX_COLS,
     MAX_CURSOR,
     MAX_GENERATION,
     MAX_IDEMPOTENCY_KEY,
     MAX_KEYS,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
     MAX_LIST_LIMIT,
+    MAX_NOTIFICATION_WAIT_MS,
+    MAX_NOTIFICATIONS,
     MAX_OBSERVE_WAIT_MS,
     MAX_OFFSET,
     MAX_PAGE_BYTES,
@@ -41,6 +54,7 @@ from tether.protocol.limits import (
     MAX_STREAM_LINGER_MS,
     MAX_STREAM_WAIT_MS,
     MAX_TEXT_BYTES,
+    MAX_TITLE,
     MAX_WAIT_IDS,
     MAX_WAIT_MS,
     MAX_WIRE_INT,
@@ -272,6 +286,93 @@ class ThreadModeParams(Scoped):
 
 class ThreadSetModeParams(Scoped):
     mode: ModeSpec
+# -- managed agents (SPEC §8, capability agent_lifecycle, protocol 1.5) ----------------------
+
+Provider = Literal["command", "claude", "codex", "opencode"]
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN)]
+ConversationId = Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)]
+
+
+class AgentScoped(WorkspaceScoped):
+    """Managed agents belong to the workspace, not a thread (SPEC §8): a person's CLI acts
+    without a thread; a front-end passes its thread for the record of who launched."""
+
+    workspace_root: CleanText = Field(min_length=1, max_length=4096)
+    thread_id: ThreadId | None = None
+
+
+class AgentLaunchParams(Scoped):
+    provider: Provider = "command"
+    argv: list[Annotated[CleanText, Field(max_length=MAX_ARGV_BYTES)]] | None = Field(
+        default=None, max_length=MAX_ARGV)
+    recognizer: RecognizerName = "auto"
+    conversation_id: ConversationId | None = None
+    title: CleanText | None = Field(default=None, max_length=MAX_TITLE)
+    labels: dict[LabelKey, Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)]] = Field(
+        default_factory=dict, max_length=MAX_LABELS)
+    auto_archive: bool = False
+    notify_on_finish: bool | None = None  # default: true when there is a parent execution
+    rows: int = Field(default=DEFAULT_ROWS, ge=MIN_ROWS, le=MAX_ROWS)
+    cols: int = Field(default=DEFAULT_COLS, ge=MIN_COLS, le=MAX_COLS)
+    parent_execution_id: ExecutionId | None = None  # resolved by the front-end (R24)
+    parent_workspace: CleanText | None = Field(default=None, max_length=4096)
+    idempotency_key: IdempotencyKey
+
+
+class AgentTargetParams(AgentScoped):
+    """``close``, ``resume``, ``archive``, ``unarchive``, ``detach`` of one agent."""
+
+    execution_id: ExecutionId
+    idempotency_key: IdempotencyKey | None = None
+
+
+class AgentCancelParams(AgentScoped):
+    execution_id: ExecutionId
+    timeout_ms: int = Field(default=DEFAULT_CANCEL_WAIT_MS, ge=0, le=MAX_CANCEL_WAIT_MS)
+    idempotency_key: IdempotencyKey
+
+
+class AgentLabelParams(AgentScoped):
+    execution_id: ExecutionId
+    labels: dict[LabelKey, Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)] | None] = Field(
+        min_length=1, max_length=MAX_LABELS)
+
+
+class AgentListParams(AgentScoped):
+    parent: ExecutionId | None = None
+    include_archived: bool = False
+    limit: int = Field(default=DEFAULT_AGENT_LIST, ge=1, le=MAX_AGENT_LIST)
+
+
+class AgentNotificationsParams(AgentScoped):
+    parent: ExecutionId
+    after: int = Field(default=0, ge=0, le=MAX_WIRE_INT)
+    limit: int = Field(default=DEFAULT_AGENT_LIST, ge=1, le=MAX_NOTIFICATIONS)
+    # > 0: ``Agent wait`` for event ``notification`` (answers at the first one)
+    timeout_ms: int = Field(default=0, ge=0, le=MAX_NOTIFICATION_WAIT_MS)
+
+
+class AgentDetachRemoteParams(AgentScoped):
+    """Detach this workspace's agents whose parent, in ``parent_workspace``, was archived."""
+
+    parent_workspace: CleanText = Field(min_length=1, max_length=4096)
+    parent_ids: list[ExecutionId] = Field(min_length=1, max_length=4096)
+
+
+class ExecAncestorParams(AgentScoped):
+    """Which live execution of this guardian is one of these processes (R24 fallback)?
+
+    ``ancestors`` are ``[pid, create_time]`` of the asking front-end's process and its
+    parents, nearest first; pids alone are never identity (R10)."""
+
+    ancestors: list[tuple[Annotated[int, Field(ge=1, le=MAX_WIRE_INT)], float]] = Field(
+        min_length=1, max_length=MAX_ANCESTORS)
+
+
+#: Agent actions that need the guardian's ``agent_lifecycle`` capability (protocol 1.5).
+AGENT_LIFECYCLE_ACTIONS = frozenset(
+    {"launch", "close", "resume", "archive", "unarchive", "cancel", "label", "notifications"}
+)
 
 
 def mode_fingerprint(mode: ModeSpec) -> str:
@@ -291,7 +392,8 @@ class ModeGuard(Params):
 
 
 #: Methods that type into a terminal on a thread: the guardian checks their ModeGuard.
-MODE_GUARDED = frozenset({"exec.start", "exec.input", "agent.prompt"})
+MODE_GUARDED = frozenset({"exec.start", "exec.input", "agent.prompt", "agent.launch",
+                          "agent.cancel", "agent.resume", "agent.unarchive"})
 
 
 class ShutdownParams(Params):
@@ -324,6 +426,19 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
     "exec.describe": (ExecDescribeParams, Capability.PERSON_VIEW),
     "exec.stream": (ExecStreamParams, Capability.PERSON_VIEW),
     "person.input": (PersonInputParams, Capability.PERSON_VIEW),
+    "agent.launch": (AgentLaunchParams, Capability.AGENT_LIFECYCLE),
+    "agent.close": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
+    "agent.resume": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
+    "agent.archive": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
+    "agent.unarchive": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
+    "agent.detach": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
+    "agent.detach_remote": (AgentDetachRemoteParams, Capability.AGENT_LIFECYCLE),
+    "agent.cancel": (AgentCancelParams, Capability.AGENT_LIFECYCLE),
+    "agent.label": (AgentLabelParams, Capability.AGENT_LIFECYCLE),
+    "agent.list": (AgentListParams, Capability.AGENT_LIFECYCLE),
+    "agent.get": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
+    "agent.notifications": (AgentNotificationsParams, Capability.AGENT_LIFECYCLE),
+    "exec.ancestor": (ExecAncestorParams, Capability.AGENT_LIFECYCLE),
 }
 
 #: Methods that may be sent without naming a guardian instance: they have no side effects

@@ -430,10 +430,16 @@ class PersonEvent(Result):
 
 
 class AgentEvent(Result):
-    """A managed agent's lifecycle event (its fields grow with managed agents)."""
+    """One persisted state transition of a managed agent (``agent_events``, R23)."""
 
+    seq: int | None = None
     execution_id: str | None = None
-    kind: str | None = None
+    from_state: str | None = None
+    to_state: str | None = None
+    attention: str | None = None
+    reason: str | None = None
+    generation: int | None = None
+    turn_seq: int | None = None
     at_unix_ms: int | None = None
 
 
@@ -483,6 +489,87 @@ class PersonInputResult(Result):
     replayed: bool | None = None
 
 
+# -- managed agents (SPEC §8, agent_lifecycle) --------------------------------------------------
+
+
+class AgentRecord(ExecutionRecord):
+    """An execution of kind ``agent`` with its lifecycle fields."""
+
+    provider: str | None = None
+    agent_state: str | None = None
+    attention: str | None = None
+    title: str | None = None
+    conversation_id: str | None = None
+    auto_archive: bool | None = None
+    notify_on_finish: bool | None = None
+    parent_workspace: str | None = None
+    argv: list[str] | None = None
+    agent_recognizer: str | None = None
+    turn_seq: int | None = None
+
+
+class AgentNotification(Result):
+    """A durable notice for a parent (R25)."""
+
+    id: int
+    parent_execution_id: str
+    child_execution_id: str
+    kind: str
+    turn_seq: int
+    created_at_unix_ms: int
+    delivered_prompt_id: str | None = None
+
+
+class AgentResult(Result):
+    """``agent.launch``, ``close``, ``resume``, ``unarchive``, ``label``, ``detach``."""
+
+    agent: AgentRecord
+    input_sent: bool | None = None
+    replayed: bool | None = None
+
+
+class AgentGetResult(Result):
+    agent: AgentRecord
+    events: list[AgentEvent] = Field(default_factory=list)
+
+
+class AgentArchiveResult(Result):
+    agent: AgentRecord
+    archived: list[str]
+    detached: list[str]
+    workspace_root: str | None = None
+
+
+class AgentCancelResult(Result):
+    agent: AgentRecord
+    acknowledged: bool
+    interrupt: str | None = None
+    input_sent: bool | None = None
+    replayed: bool | None = None
+
+
+class AgentListResult(Result):
+    agents: list[AgentRecord]
+    catalog_cursor: int | None = None
+
+
+class AgentNotificationsResult(Result):
+    notifications: list[AgentNotification]
+    cursor: int
+
+
+class DetachRemoteResult(Result):
+    detached: list[str]
+
+
+class AncestorResult(Result):
+    """The live execution a front-end's process descends from, if any (R24)."""
+
+    execution_id: str | None = None
+    thread_id: str | None = None
+    workspace_root: str | None = None
+
+
 #: method name -> the model of its result (every method in ``METHODS`` has one).
 RESULTS: dict[str, type[Result]] = {
     "hello": HelloResult,
@@ -508,6 +595,19 @@ RESULTS: dict[str, type[Result]] = {
     "exec.describe": DescribeResult,
     "exec.stream": StreamResult,
     "person.input": PersonInputResult,
+    "agent.launch": AgentResult,
+    "agent.close": AgentResult,
+    "agent.resume": AgentResult,
+    "agent.unarchive": AgentResult,
+    "agent.label": AgentResult,
+    "agent.detach": AgentResult,
+    "agent.get": AgentGetResult,
+    "agent.archive": AgentArchiveResult,
+    "agent.cancel": AgentCancelResult,
+    "agent.list": AgentListResult,
+    "agent.notifications": AgentNotificationsResult,
+    "agent.detach_remote": DetachRemoteResult,
+    "exec.ancestor": AncestorResult,
 }
 
 

@@ -26,6 +26,7 @@ class Capability(StrEnum):
     PERSON_VIEW = "person_view"
     #: A mode stored on each thread (wcgw, architect, code_writer) that outlives front-ends.
     THREAD_MODES = "thread_modes"
+    AGENT_LIFECYCLE = "agent_lifecycle"
 
 
 class Version(NamedTuple):
@@ -55,6 +56,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     2: frozenset({Capability.RECOGNITION, Capability.PROMPT_RECEIPTS}),
     3: frozenset({Capability.PERSON_VIEW}),
     4: frozenset({Capability.THREAD_MODES}),
+    5: frozenset({Capability.AGENT_LIFECYCLE}),
 }
 
 

@@ -751,6 +751,21 @@ def bench_observe(run: Run) -> None:
           f"p95 {_ms(observe, .95):.2f} ms (target p50 <= 20 ms; ratio to target {o50 / 20:.2f})")
 
 
+def bench_agent_list(run: Run) -> None:
+    listing = asyncio.run(agent_list(run.workspace, max(20, run.args.rounds)))
+    l50 = _ms(listing, .5)
+    print(f"[agent_list] Agent.list over 100 managed agents: p50 {l50:.2f} ms  p95 "
+          f"{_ms(listing, .95):.2f} ms (target p50 <= 20 ms; ratio to target {l50 / 20:.2f})")
+
+
+def bench_agent_cascade(run: Run) -> None:
+    cascade = asyncio.run(archive_cascade(run.workspace))
+    c50 = _ms(cascade, .5)
+    print(f"[agent_cascade] Agent.archive of a 3-level tree of 30 agents: p50 {c50:.0f} ms  max "
+          f"{max(cascade) * 1000:.0f} ms over {len(cascade)} trees (target <= 500 ms; ratio to "
+          f"target {c50 / 500:.2f})")
+
+
 #: Every bench, in the order a full run takes them. Add yours here.
 BENCHES: dict[str, Callable[[Run], None]] = {
     "floor": bench_floor,
@@ -763,6 +778,8 @@ BENCHES: dict[str, Callable[[Run], None]] = {
     "attach": bench_attach,
     "rss": bench_rss,
     "restart": bench_restart,
+    "agent_list": bench_agent_list,
+    "agent_cascade": bench_agent_cascade,
     "observe": bench_observe,
 }
 
@@ -782,6 +799,62 @@ def stop_guardians(runtime_dir: Path) -> None:
                 if os.waitpid(pid, os.WNOHANG)[0]:
                     break
             time.sleep(0.05)
+
+
+async def _spawn_agents(workspace: Path, parents: list[str | None], tag: str) -> list[str]:
+    """Managed agents (``sleep``: cheap, and gone at the first hang-up) set up over RPC, with
+    explicit parents as a front-end inside an execution would stamp them."""
+    from tether.frontend.guardians import GuardianLocator
+
+    locator = GuardianLocator(Config.from_env())
+    root = str(workspace)
+    opened = await locator.call(root, "thread.open", {"principal": "local", "workspace_root": root},
+                                timeout_s=15)
+    scope = {"principal": "local", "workspace_root": root, "thread_id": opened.thread_id}
+    ids = []
+    try:
+        for i, parent in enumerate(parents):
+            data = await locator.call(root, "agent.launch", {
+                **scope, "provider": "command", "argv": ["sleep", "600"], "title": f"{tag}-{i}",
+                "parent_execution_id": parent, "idempotency_key": uuid.uuid4().hex}, timeout_s=15)
+            ids.append(str(data.agent.execution_id))
+    finally:
+        locator.close()
+    return ids
+
+
+async def agent_list(workspace: Path, rounds: int, count: int = 100) -> list[float]:
+    """``Agent list`` through the MCP client over ``count`` managed agents of the workspace."""
+    ids = await _spawn_agents(workspace, [None] * count, "list")
+    async with Client(build_server()) as client:
+        session = await _session(client, workspace)
+        args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+                "action": "list", "limit": count}
+        listed = await client.call_tool("Agent", args)
+        assert listed.structured_content is not None
+        assert len(listed.structured_content["data"]["agents"]) >= count, listed
+        samples = await _roundtrips(lambda: client.call_tool("Agent", args), rounds)
+        for eid in ids:  # leave nothing running
+            await client.call_tool("Agent", {**args, "action": "archive", "target": eid})
+    return samples
+
+
+async def archive_cascade(workspace: Path, rounds: int = 3) -> list[float]:
+    """``Agent archive`` of a root whose tree holds 30 agents in 3 levels (1 + 4 + 25)."""
+    samples = []
+    async with Client(build_server()) as client:
+        session = await _session(client, workspace)
+        scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+        for r in range(rounds):
+            root = (await _spawn_agents(workspace, [None], f"root{r}"))[0]
+            children = await _spawn_agents(workspace, [root] * 4, f"child{r}")
+            await _spawn_agents(workspace, [children[i % 4] for i in range(25)], f"leaf{r}")
+            start = time.perf_counter()
+            done = await client.call_tool("Agent", {**scope, "action": "archive", "target": root})
+            samples.append(time.perf_counter() - start)
+            assert done.structured_content is not None
+            assert len(done.structured_content["data"]["archived"]) == 30, done
+    return samples
 
 
 def main() -> int:

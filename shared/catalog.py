@@ -21,7 +21,7 @@ from typing import Any
 
 from tether.shared.clock import Clock
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -98,6 +98,30 @@ CREATE TABLE IF NOT EXISTS thread_modes (
     mode TEXT NOT NULL,
     changed_unix_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS agent_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id TEXT NOT NULL,
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    attention TEXT,
+    reason TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    at_unix_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_events_execution ON agent_events (execution_id, seq);
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    parent_execution_id TEXT NOT NULL,
+    child_execution_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    event_seq INTEGER NOT NULL UNIQUE,
+    created_at_unix_ms INTEGER NOT NULL,
+    delivered_prompt_id TEXT,
+    delivered_at_unix_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS notifications_parent ON notifications (parent_execution_id, id);
 CREATE TABLE IF NOT EXISTS idempotency (
     principal TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -109,9 +133,25 @@ CREATE TABLE IF NOT EXISTS idempotency (
 );
 """
 
+#: Columns that schema 2 added to ``executions`` for managed agents (SPEC §8). A catalog
+#: written by an older Tether gets them with ALTER TABLE on open; old rows read as non-agents.
+AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("provider", "TEXT"),
+    ("agent_state", "TEXT"),
+    ("attention", "TEXT"),
+    ("title", "TEXT"),
+    ("conversation_id", "TEXT"),
+    ("auto_archive", "INTEGER NOT NULL DEFAULT 0"),
+    ("notify_on_finish", "INTEGER NOT NULL DEFAULT 0"),
+    ("parent_workspace", "TEXT"),
+    ("argv", "TEXT"),
+    ("agent_recognizer", "TEXT"),
+    ("turn_seq", "INTEGER NOT NULL DEFAULT 0"),
+)
+
 #: Columns stored as JSON text and decoded into Python values on read.
-_JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery")
-_BOOL_COLUMNS = ("output_pending",)
+_JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery", "argv")
+_BOOL_COLUMNS = ("output_pending", "auto_archive", "notify_on_finish")
 TERMINAL_STATUSES = ("exited", "unknown")
 
 
@@ -149,10 +189,38 @@ class Catalog:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._db.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?), ('change_seq', 0)",
             (SCHEMA_VERSION,),
         )
+
+    def _migrate(self) -> None:
+        """Bring a catalog of an older schema up to this one, keeping every row.
+
+        Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``).
+        Idempotent and safe when two processes open the same catalog at once.
+        """
+        with self.transaction():
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(executions)")}
+            for name, decl in AGENT_COLUMNS:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE executions ADD COLUMN {name} {decl}")
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS executions_agents ON executions (kind, parent_execution_id)"
+            )
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema' AND value < ?",
+                             (SCHEMA_VERSION, SCHEMA_VERSION))
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The SQLite connection, for the agent store (``agent_store``) that shares it."""
+        return self._db
+
+    @staticmethod
+    def decode(row: sqlite3.Row) -> dict[str, Any]:
+        """A raw ``executions`` row as a record (JSON and boolean columns decoded)."""
+        return _decode_row(row)
 
     def close(self) -> None:
         self._db.close()
@@ -162,7 +230,13 @@ class Catalog:
         """One write transaction (BEGIN IMMEDIATE: writers queue instead of failing).
 
         A failed COMMIT (a full disk) rolls back too, so the connection is never left inside
-        a transaction that would make every later write fail."""
+        a transaction that would make every later write fail. Re-entrant: inside an open
+        transaction it joins it, so a lifecycle step (state, event row, notification,
+        cascade) commits or rolls back as one.
+        """
+        if self._db.in_transaction:
+            yield
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -388,7 +462,8 @@ class Catalog:
             self._db.execute(
                 f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
             )
-            for table in ("receipts", "person_events", "execution_events"):
+            for table in ("receipts", "person_events", "execution_events",
+                          "agent_events"):
                 self._db.execute(
                     f"DELETE FROM {table} WHERE execution_id IN ({marks})", list(execution_ids)
                 )
@@ -397,7 +472,7 @@ class Catalog:
     def thread_records_for_pruning(self, thread_id: str) -> list[dict[str, Any]]:
         """Oldest first: what retention looks at."""
         rows = self._db.execute(
-            "SELECT execution_id, status, terminal_unix_ms, output_start, output_end,"
+            "SELECT execution_id, status, kind, archived_at, terminal_unix_ms, output_start, output_end,"
             " length(coalesce(screen_text, '')) AS screen_bytes FROM executions"
             " WHERE thread_id = ? ORDER BY seq",
             (thread_id,),

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("tether.frontend.person.attach", "watch (or with --write, type into) a terminal"),
     "doctor": ("tether.frontend.person.doctor", "check versions, dirs, guardians and logs"),
     "report": ("tether.frontend.person.report", "summarise a usage log (TETHER_USAGE_LOG)"),
+    "agents": ("tether.frontend.person.agents", "list, detach or archive a workspace's agents"),
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tether.shared.agent_store import AgentStore
 from tether.shared.catalog import Catalog
 from tether.shared.identity import ProcessIdentity
 from tether.shared.segments import journal_figures
@@ -26,8 +27,12 @@ def reconcile_lost(
     person can decide what to do with it; Tether does not take it over.
     """
     ids = catalog.mark_lost(owner=owner, except_owner=except_owner)
+    agents = AgentStore(catalog)
     report = []
     for execution_id in ids:
+        # A managed agent whose runtime went with its guardian is in error, with an event
+        # (and its parent's notification), never silently idle (R25).
+        agents.runtime_lost(execution_id, "guardian_lost")
         entry: dict[str, Any] = {"execution_id": execution_id}
         figures = journal_figures(journals, execution_id)
         if figures is not None:

@@ -40,6 +40,22 @@ async def call_error(client: Client, tool: str, args: dict[str, Any]) -> dict[st
     return content
 
 
+async def agent(client: Client, session: dict[str, Any], args: dict[str, Any],
+                error: bool = False) -> dict[str, Any]:
+    """Call the Agent tool in ``session``; ``error=True`` expects (and returns) a failure."""
+    full = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"], **args}
+    if error:
+        return await call_error(client, "Agent", full)
+    return await call(client, "Agent", full)
+
+
+def prompt_log(log: Path) -> list[str]:
+    """Prompts the fake agent received, in order (one JSON line each in its ``--log``)."""
+    if not log.exists():
+        return []
+    return [json.loads(line)["received"] for line in log.read_text().splitlines() if line]
+
+
 async def initialize(client: Client, workspace: Path, thread_id: str | None = None) -> dict[str, Any]:
     args: dict[str, Any] = {"type": "first_call", "workspace_root": str(workspace)}
     if thread_id:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -16,25 +15,11 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.helpers import AGENT_SCREEN_STATES, fixture_file, poll
-from tests.mcp_helpers import bash, call, call_error, execution, initialize, kill_front_end
+from tests.mcp_helpers import agent, bash, execution, initialize, kill_front_end, prompt_log
 
 pytestmark = pytest.mark.anyio
 
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "fake_agent.py"
-
-
-def _log_lines(log: Path) -> list[str]:
-    if not log.exists():
-        return []
-    return [json.loads(line)["received"] for line in log.read_text().splitlines() if line]
-
-
-async def _agent(client: Client, session: dict[str, Any], args: dict[str, Any],
-                 error: bool = False) -> dict[str, Any]:
-    full = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"], **args}
-    if error:
-        return await call_error(client, "Agent", full)
-    return await call(client, "Agent", full)
 
 
 async def _until_state(client: Client, session: dict[str, Any], eid: str, state: str,
@@ -87,39 +72,39 @@ async def test_prompt_is_delivered_once(client: Client, workspace: Path, tmp_pat
     session = await initialize(client, workspace)
     log = tmp_path / "agent.log"
     eid = await _start_fake(client, session, log)
-    listed = (await _agent(client, session, {"action": "list"}))["data"]["executions"]
+    listed = (await agent(client, session, {"action": "list"}))["data"]["executions"]
     assert listed == []  # a python script is not a known agent CLI: no silent guessing
     prompt = {"action": "prompt", "target": eid, "prompt_id": "p1", "text": "hello agent",
               "recognizer": "claude", "timeout_seconds": 15}
-    first = (await _agent(client, session, prompt))["data"]
+    first = (await agent(client, session, prompt))["data"]
     receipt = first["receipt"]
     assert (receipt["delivered"], receipt["activity_observed"], receipt["wait_reached"]) == (
         True, True, True)
     assert receipt["generation"] == 1 and receipt["execution_id"] == eid
-    assert _log_lines(log) == ["hello agent"]
+    assert prompt_log(log) == ["hello agent"]
 
-    again = (await _agent(client, session, prompt))["data"]
+    again = (await agent(client, session, prompt))["data"]
     assert again["replayed"] is True
     assert again["receipt"]["baseline"] == receipt["baseline"]
-    assert _log_lines(log) == ["hello agent"]
+    assert prompt_log(log) == ["hello agent"]
 
-    conflict = await _agent(client, session, {**prompt, "text": "something else"}, error=True)
+    conflict = await agent(client, session, {**prompt, "text": "something else"}, error=True)
     assert conflict["code"] == "prompt_id_conflict" and conflict["data"]["input_sent"] is False
 
-    await _agent(client, session, {**prompt, "prompt_id": "p2", "text": "long job",
+    await agent(client, session, {**prompt, "prompt_id": "p2", "text": "long job",
                                    "timeout_seconds": 0})
     # p2 returns once Enter is typed; the fake redraws as busy a moment later.
     await _until_state(client, session, eid, "busy")
-    busy = await _agent(client, session, {**prompt, "prompt_id": "p3", "text": "too early"},
+    busy = await agent(client, session, {**prompt, "prompt_id": "p3", "text": "too early"},
                         error=True)
     assert busy["code"] == "input_not_ready" and busy["data"]["input_sent"] is False
     assert busy["data"]["state"] == "busy"
-    assert _log_lines(log) == ["hello agent", "long job"]
+    assert prompt_log(log) == ["hello agent", "long job"]
 
-    too_big = await _agent(client, session, {**prompt, "prompt_id": "p4", "text": "x" * 16385},
+    too_big = await agent(client, session, {**prompt, "prompt_id": "p4", "text": "x" * 16385},
                            error=True)
     assert too_big["code"] == "limit_exceeded" and "16384" in too_big["message"]
-    herdr = await _agent(client, session, {**prompt, "backend": "herdr"}, error=True)
+    herdr = await agent(client, session, {**prompt, "backend": "herdr"}, error=True)
     assert herdr["code"] == "herdr_disabled"
     assert herdr["data"] == {"operator_action_required": True, "input_sent": False}
 
@@ -132,7 +117,7 @@ async def test_echo_or_marker_text_is_not_activity(client: Client, workspace: Pa
     turn = await bash(client, session, {"type": "wait_for_turn", "execution_id":
                                         shell["execution_id"], "recognizer": "shell"})
     assert turn["outcome"] == "turn_ready"
-    echoed = (await _agent(client, session, {
+    echoed = (await agent(client, session, {
         "action": "prompt", "target": shell["execution_id"], "prompt_id": "e1",
         "text": "echo some words", "recognizer": "shell", "timeout_seconds": 2}))["data"]
     assert echoed["receipt"]["delivered"] is True
@@ -140,12 +125,12 @@ async def test_echo_or_marker_text_is_not_activity(client: Client, workspace: Pa
 
     log = tmp_path / "agent.log"
     eid = await _start_fake(client, session, log)
-    marker = (await _agent(client, session, {
+    marker = (await agent(client, session, {
         "action": "prompt", "target": eid, "prompt_id": "m1", "recognizer": "claude",
         "text": "esc to interrupt", "timeout_seconds": 10}))["data"]["receipt"]
     assert marker["delivered"] is True and marker["activity_unconfirmable"] is True
     assert marker["activity_observed"] is False
-    assert _log_lines(log) == ["esc to interrupt"]
+    assert prompt_log(log) == ["esc to interrupt"]
 
 
 async def test_receipt_survives_front_end_and_guardian_crashes(
@@ -158,26 +143,26 @@ async def test_receipt_survives_front_end_and_guardian_crashes(
     eid = await _start_fake(first, session, log)
     prompt = {"action": "prompt", "target": eid, "prompt_id": "keep", "text": "survive",
               "recognizer": "claude", "timeout_seconds": 15}
-    receipt = (await _agent(first, session, prompt))["data"]["receipt"]
+    receipt = (await agent(first, session, prompt))["data"]["receipt"]
     await kill_front_end(first, tether_env)
 
     async with Client(stdio_params()) as second:
         again = await initialize(second, workspace, session["thread_id"])
-        waited = (await _agent(second, again, {"action": "wait", "target": eid,
+        waited = (await agent(second, again, {"action": "wait", "target": eid,
                                                "prompt_id": "keep", "timeout_seconds": 0}))
         assert waited["data"]["receipt"]["baseline"] == receipt["baseline"]
         guardian = psutil.Process(again["guardian"]["pid"])
         guardian.kill()
         guardian.wait(timeout=10)
-        poll(lambda: _log_lines(log) == ["survive"], what="log to stay at one line")
-        after = (await _agent(second, again, {"action": "wait", "target": eid,
+        poll(lambda: prompt_log(log) == ["survive"], what="log to stay at one line")
+        after = (await agent(second, again, {"action": "wait", "target": eid,
                                               "prompt_id": "keep", "timeout_seconds": 0}))
         assert after["data"]["receipt"]["delivered"] is True
         assert after["data"]["receipt"]["baseline"] == receipt["baseline"]
-        refused = await _agent(second, again, {**prompt, "prompt_id": "new"}, error=True)
+        refused = await agent(second, again, {**prompt, "prompt_id": "new"}, error=True)
         assert refused["code"] == "not_running" and refused["data"]["input_sent"] is False
         assert refused["data"]["status"] == "unknown"
-        assert _log_lines(log) == ["survive"]
+        assert prompt_log(log) == ["survive"]
 
 
 async def test_concurrent_prompts_type_one_text(client: Client, workspace: Path,
@@ -203,11 +188,11 @@ async def test_concurrent_prompts_type_one_text(client: Client, workspace: Path,
         assert lost[0][1]["data"]["input_sent"] is False
         assert won[0][1]["data"]["receipt"]["wait_reached"] is True
         delivered.append(won[0][0]["text"])
-        no_receipt = await _agent(client, session, {
+        no_receipt = await agent(client, session, {
             "action": "wait", "target": eid, "prompt_id": lost[0][0]["prompt_id"],
             "timeout_seconds": 0}, error=True)
         assert no_receipt["code"] == "not_found"
-    assert _log_lines(log) == delivered
+    assert prompt_log(log) == delivered
 
 
 async def test_get_list_and_wait_carry_the_recognition(client: Client, workspace: Path,
@@ -224,17 +209,17 @@ async def test_get_list_and_wait_carry_the_recognition(client: Client, workspace
         "command": f"{named} --log {tmp_path / 'agent.log'} --approval --busy-seconds 0.2"})
     eid = str(started["execution_id"])
     await _until_state(client, session, eid, "awaiting_input")
-    listed = (await _agent(client, session, {"action": "list"}))["data"]["executions"]
+    listed = (await agent(client, session, {"action": "list"}))["data"]["executions"]
     assert [r["execution_id"] for r in listed] == [eid]
     assert listed[0]["recognition"]["state"] == "awaiting_input"
-    got = (await _agent(client, session, {"action": "get", "target": eid}))["data"]["execution"]
+    got = (await agent(client, session, {"action": "get", "target": eid}))["data"]["execution"]
     assert got["recognition"]["state"] == "awaiting_input"
     assert got["recognition"]["attention"] is None and got["recognition"]["rule"]
-    start = (await _agent(client, session, {"action": "wait", "target": eid,
+    start = (await agent(client, session, {"action": "wait", "target": eid,
                                             "timeout_seconds": 0}))["data"]
-    await _agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "w1",
+    await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "w1",
                                    "text": "do it", "recognizer": "claude", "timeout_seconds": 0})
-    waited = await _agent(client, session, {
+    waited = await agent(client, session, {
         "action": "wait", "target": eid, "after": start["cursor"],
         "events": ["awaiting_approval", "exited"], "timeout_seconds": 10})
     data = waited["data"]

@@ -183,7 +183,7 @@ async def test_profiles_decide_listed_and_callable_tools(tether_env: Config, pri
                 "Agent", "Execution", "Initialize"]
             session = await initialize(watcher, workspace)
             listed = await call(watcher, "Agent", _scoped(session, action="list"))
-            assert listed["data"]["executions"] == []
+            assert listed["data"]["agents"] == []
             err = await call_error(watcher, "Agent", _scoped(
                 session, action="prompt", target="ex_anything", prompt_id="p1", text="rm -rf /"))
             assert err["code"] == "tool_denied" and "observation only" in err["message"], err

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
-from tests.test_agent import _agent, _log_lines, _start_fake
+from tests.mcp_helpers import agent, bash, call, call_error, execution, initialize, prompt_log, run
+from tests.test_agent import _start_fake
 from tether.frontend.guardians import GuardianLocator
 from tether.frontend.server import build_server
 from tether.protocol.errors import ErrorCode, TetherError
@@ -140,16 +140,16 @@ async def test_agent_prompting_needs_wcgw(client: Client, workspace: Path, tmp_p
               "recognizer": "claude", "timeout_seconds": 15}
     for mode, config in (("architect", None), ("code_writer", CODE_WRITER)):
         await change_mode(client, session, mode, config)
-        err = await _agent(client, session, prompt, error=True)
+        err = await agent(client, session, prompt, error=True)
         assert err["code"] == "mode_denied" and err["data"]["rule"] == "agent_input_needs_wcgw"
         assert err["data"]["input_sent"] is False and mode in err["message"]
-        seen = (await _agent(client, session, {"action": "get", "target": eid}))["data"]
+        seen = (await agent(client, session, {"action": "get", "target": eid}))["data"]
         assert seen["execution"]["execution_id"] == eid  # observing is still allowed
-    assert _log_lines(log) == []
+    assert prompt_log(log) == []
     await change_mode(client, session, "wcgw")
-    receipt = (await _agent(client, session, prompt))["data"]["receipt"]
+    receipt = (await agent(client, session, prompt))["data"]["receipt"]
     assert receipt["delivered"] is True and receipt.get("replayed") is None
-    assert _log_lines(log) == ["hello agent"]
+    assert prompt_log(log) == ["hello agent"]
 
 
 async def test_a_mode_changed_by_another_front_end_holds_at_once(

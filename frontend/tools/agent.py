@@ -1,7 +1,10 @@
-"""``Agent``: observe agent CLIs running in Tether terminals, and prompt them exactly once.
+"""``Agent``: observe agent CLIs running in Tether terminals, prompt them exactly once, and
+run managed agents (launch, close, resume, archive, cancel, ...; ``agent_lifecycle``).
 
 Prompting goes through the guardian's receipts (``prompt_receipts``); with a guardian that
-lacks it the call fails with ``capability_missing`` — never a fallback to raw typing.
+lacks it the call fails with ``capability_missing`` — never a fallback to raw typing. The
+lifecycle actions are in ``agent_lifecycle``. Who may do which action (observe, control,
+input) is decided once, in ``authority``, before anything is sent.
 """
 
 from __future__ import annotations
@@ -14,21 +17,27 @@ from tether.frontend import results
 from tether.frontend.modes import Guard, check_agent_action, send_checked
 from tether.frontend.outputs import AGENT_OUTPUT
 from tether.frontend.schemas import AgentArgs, wire_cursor
+from tether.frontend.tools.agent_lifecycle import agent_line, run_lifecycle
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import RPC_SLACK_S
+from tether.protocol.limits import MAX_LIST_LIMIT, RPC_SLACK_S
+from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
 from tether.protocol.results import Result
+from tether.protocol.versions import Capability
 
 
 class AgentTool(Tool):
     name = "Agent"
     description = (
-        "Observe coding agents (Claude Code, Codex, ...) running in this thread's terminals and "
-        "prompt them exactly once. action: list, get {target}, read {target, source, cursor}, "
-        "explain {target}, wait {target, prompt_id?}, prompt {target, prompt_id, text}. A "
-        "prompt is typed only when the agent waits for input; the same prompt_id never types "
-        "twice. The receipt says whether it was delivered, whether work was observed after it, "
-        "and whether the agent's turn came back."
+        "Run and observe coding agents (Claude Code, Codex, any interactive program) in their "
+        "own terminals, and prompt them exactly once. Managed agents belong to the workspace: "
+        "launch {provider, argv?, title?, labels?, auto_archive?, notify_on_finish?}, list "
+        "{parent?, include_archived?}, get, close, resume, archive (cascades to its children), "
+        "unarchive, cancel (waits for the program to acknowledge), label {labels}, "
+        "notifications {parent?, after?}. Also read {target, source, cursor}, explain, wait "
+        "{target, prompt_id? | events?} and prompt {target, prompt_id, text}: a prompt is typed "
+        "only when the agent waits for input; the same prompt_id never types twice. States: "
+        "initializing, idle, running (attention: approval), error, closed."
     )
     args_model = AgentArgs
     output_schema = AGENT_OUTPUT
@@ -54,6 +63,9 @@ class AgentTool(Tool):
             reply: Result = await session.locator.call(root, method, params, timeout_s=timeout_s)
             return reply.wire()
 
+        if await _lifecycle_action(session, args, root):
+            return await run_lifecycle(session, args, root, scope, first_guard)
+
         async def recognition(execution_id: str) -> dict[str, Any]:
             """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
             explained = await call(root, "exec.explain", {
@@ -62,13 +74,19 @@ class AgentTool(Tool):
             return _summary(explained["recognition"])
 
         if args.action == "list":
-            data = await call(root, "exec.list", {**scope, "limit": args.limit, "agents_only": True},
-                              timeout_s=RPC_SLACK_S)
+            data = await call(root, "exec.list", {**scope, "limit": min(args.limit, MAX_LIST_LIMIT),
+                                                  "agents_only": True}, timeout_s=RPC_SLACK_S)
             for record in data["executions"]:
                 record["recognition"] = await recognition(record["execution_id"])
             lines = [f"{r['execution_id']} {r['status']} {_state_text(r['recognition'])} "
                      f"{r['command'][:80]}" for r in data["executions"]]
-            return results.ok(data, "\n".join(lines) or "no agents in this thread")
+            if await _has_lifecycle(session, root):
+                # The workspace's managed agents too, whichever thread launched them.
+                managed = await call(root, "agent.list", {**scope, "limit": args.limit},
+                                     timeout_s=RPC_SLACK_S)
+                data["agents"] = managed["agents"]
+                lines += [agent_line(a) for a in managed["agents"]]
+            return results.ok(data, "\n".join(lines) or "no agents")
         target = _need(args.target, "target", args.action)
         if args.action == "get":
             data = await call(root, "exec.get", {**scope, "execution_id": target},
@@ -117,6 +135,30 @@ class AgentTool(Tool):
 
         data = await send_checked(session, root, scope, check, send)
         return results.ok(data, _receipt_text(data["receipt"]))
+
+
+async def _has_lifecycle(session: Session, root: str) -> bool:
+    handle = await session.locator.handle(root)
+    return str(Capability.AGENT_LIFECYCLE) in handle.capabilities
+
+
+async def _lifecycle_action(session: Session, args: AgentArgs, root: str) -> bool:
+    """Whether this call goes to the managed-agent lifecycle (``agent_lifecycle``)."""
+    if args.action in AGENT_LIFECYCLE_ACTIONS:
+        return True
+    if args.action == "wait":
+        return "notification" in (args.events or [])
+    if args.action == "list":
+        # An agent's subagents, or archived ones, exist only with the capability: an older
+        # guardian is refused (capability_missing), not answered with a guess.
+        return args.parent is not None or args.include_archived
+    if args.action == "get" and args.target and await _has_lifecycle(session, root):
+        # A managed agent's record with its events; an observed agent CLI is an execution.
+        record = await session.locator.call(root, "exec.get", {
+            "principal": session.principal, "workspace_root": root,
+            "thread_id": args.thread_id, "execution_id": args.target}, timeout_s=RPC_SLACK_S)
+        return bool(record.wire()["execution"]["kind"] == "agent")
+    return False
 
 
 def _summary(recognition: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from tether.frontend.authority import LOCAL, Caller
 from tether.frontend.guardians import GuardianLocator
+from tether.frontend.lineage import Lineage
 from tether.protocol.methods import ModeSpec
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 
@@ -54,6 +55,7 @@ class Session:
     caller: Caller = LOCAL
     #: The mode each thread was last seen in, shared by the calls of one server (a hint).
     modes: KnownModes = field(default_factory=lambda: KnownModes())
+    lineage: Lineage = field(default_factory=Lineage)
 
     @property
     def principal(self) -> str:

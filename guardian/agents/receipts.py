@@ -69,7 +69,7 @@ class PromptDesk:
     def handlers(self) -> dict[str, Any]:
         return {"agent.prompt": self.prompt, "agent.receipt": self.receipt}
 
-    async def prompt(self, request: Request, params: AgentPromptParams) -> PromptResult:
+    async def prompt(self, request: Request | None, params: AgentPromptParams) -> PromptResult:
         self._scope.thread_for(params)
         size = len(params.text.encode())
         if size > MAX_PROMPT_BYTES:

@@ -26,7 +26,10 @@ def recognize_record(
     """Recognition of an execution's current screen (live) or last screen, plus metadata.
 
     Synchronous and never stalling: with a large backlog it looks at the last snapshot
-    taken, so async callers ``await live.screen.snapshot_async()`` first."""
+    taken, so async callers ``await live.screen.snapshot_async()`` first. For a managed
+    agent, ``auto`` means the recognizer chosen at its launch."""
+    if recognizer == "auto" and record.get("agent_recognizer"):
+        recognizer = str(record["agent_recognizer"])
     if live is not None:
         snap = live.screen.snapshot_now()
         view = ScreenView(lines=snap.lines, title=snap.title)

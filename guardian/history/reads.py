@@ -305,7 +305,7 @@ class History:
             return "resync", []  # a watched record was pruned since the cursor
         if int(baseline.get("seq", 0)) > self._catalog.change_seq():
             return "resync", []
-        missing = [eid for eid in ids if eid not in records or records[eid]["thread_id"] != params.thread_id]
+        missing = [eid for eid in ids if eid not in records or not self._scope.visible(records[eid], params)]
         if missing:
             raise TetherError(
                 ErrorCode.NOT_FOUND, f"no execution {missing[0]!r} in this thread",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.render import render_output
+from tether.shared.catalog import AGENT_COLUMNS
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution
@@ -16,6 +17,8 @@ RESULT_TAIL_CHARS = 16 * 1024
 
 #: Internal catalog columns that are not part of the record contract.
 _HIDDEN = ("seq", "change_seq")
+#: The managed-agent fields (SPEC §8) belong on agent records only.
+_HIDDEN_UNLESS_AGENT = (*_HIDDEN, *(name for name, _ in AGENT_COLUMNS), "parent_workspace")
 
 
 def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
@@ -24,7 +27,8 @@ def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str,
     Output figures of a running execution move with every byte; they are read from the
     journal instead of being persisted per chunk, so ``observed_at_unix_ms`` is not touched.
     """
-    view = {k: v for k, v in record.items() if k not in _HIDDEN}
+    hidden = _HIDDEN if record.get("kind") == "agent" else _HIDDEN_UNLESS_AGENT
+    view = {k: v for k, v in record.items() if k not in hidden}
     if live is not None:
         view["output_start"] = live.journal.start
         view["output_end"] = live.journal.end

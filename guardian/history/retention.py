@@ -70,6 +70,9 @@ class Retention:
         now = self.clock.now_ms()
 
         def evictable(row: dict[str, Any]) -> bool:
+            # A managed agent stays until it is archived: closed agents are resumable (R26).
+            if row["kind"] == "agent" and row["archived_at"] is None:
+                return False
             return row["status"] in TERMINAL_STATUSES and row["execution_id"] not in protect
 
         def expired(row: dict[str, Any]) -> bool:

@@ -41,6 +41,7 @@ IMPLEMENTED = frozenset({
     Capability.EXEC, Capability.SCREEN, Capability.OBSERVE, Capability.WAIT,
     Capability.RECOGNITION, Capability.PROMPT_RECEIPTS, Capability.PERSON_VIEW,
     Capability.THREAD_MODES,
+    Capability.AGENT_LIFECYCLE,
 })
 
 #: How often the guardian checks that its socket file is still its own.
@@ -144,6 +145,7 @@ class Guardian:
         socket_task.cancel()
         # Answer in-flight requests that are about to finish, then stop listening.
         self._withdraw()
+        await service.agents.shutdown()
         await runtime.shutdown()
         serve_task.cancel()
         await asyncio.gather(serve_task, idle_task, socket_task, return_exceptions=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tether.guardian.agents.lifecycle import AgentLifecycle
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
 from tether.guardian.history.inspection import Inspector
@@ -116,7 +117,9 @@ class GuardianService:
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
         modes = self._modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
-        for side in (inspector, history, turns, desk, person, modes):
+        self.agents = AgentLifecycle(runtime=rt, prompts=desk, ledger=self._ledger,
+                                     instance_id=instance_id)
+        for side in (inspector, history, turns, desk, person, modes, self.agents):
             self._handlers.update(side.handlers())
         missing = set(METHODS) - set(self._handlers)
         assert not missing, f"methods without handlers: {missing}"

@@ -40,14 +40,23 @@ class Scope:
         return thread
 
     def record_for(self, params: Scoped, execution_id: str) -> dict[str, Any]:
-        """A record of the request's thread; anything else is ``not_found`` (never data)."""
+        """A record of the request's thread (or a managed agent of its workspace); anything
+        else is ``not_found`` (never data)."""
         record = self._catalog.get_execution(execution_id)
-        if record is None or (record["thread_id"], record["principal"]) != (
-            params.thread_id, params.principal
-        ):
+        if record is None or not self.visible(record, params):
             raise TetherError(
                 ErrorCode.NOT_FOUND,
                 f"no execution {execution_id!r} in this thread (it may have been pruned)",
                 {"input_sent": False},
             )
         return record
+
+    @staticmethod
+    def visible(record: dict[str, Any], params: Scoped) -> bool:
+        """A record of the caller's thread, or a managed agent of its workspace (agents
+        belong to the workspace, not to the thread that launched them: SPEC §8)."""
+        if record["principal"] != params.principal:
+            return False
+        if record["thread_id"] == params.thread_id:
+            return True
+        return bool(record["kind"] == "agent" and record["workspace_root"] == params.workspace_root)

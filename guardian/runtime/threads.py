@@ -158,6 +158,10 @@ class Threads:
         """The thread's main shell in this process, if it has one."""
         return self._shells.get(thread_id)
 
+    def shells(self) -> list[MainShell]:
+        """Every live main shell (for parentage by process ancestry, R24)."""
+        return list(self._shells.values())
+
     def cwd(self, thread_id: str, fallback: str) -> str:
         """The shell's current directory, or ``fallback`` when the thread has no shell here."""
         shell = self._shells.get(thread_id)

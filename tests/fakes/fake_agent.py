@@ -4,6 +4,7 @@
 Run it in a real PTY::
 
     python tests/fakes/fake_agent.py --log FILE [--busy-seconds S] [--approval]
+                                     [--ignore-interrupt] [--run-prompts]
 
 It draws, with plain ANSI, what agent CLIs such as Claude Code draw: a header, a transcript,
 and at the bottom an input box (``╭───╮`` / ``│ > text`` / ``╰───╯``) with a hint line.
@@ -19,7 +20,11 @@ of a paste).
 With ``--approval`` a submitted prompt first raises a permission dialog
 (``Do you want to proceed?`` / ``❯ 1. Yes`` / ``2. No``): ``1`` or Enter accepts (then busy as
 above), ``2`` or Escape declines (``● Declined: TEXT``). Escape or Ctrl-C while busy cancels
-(``● Interrupted``). Escape sequences (arrows, focus events) are consumed and ignored; inside a
+(``● Interrupted``) — unless ``--ignore-interrupt``, which stands in for an agent that does
+not acknowledge an interrupt (it keeps working). With ``--run-prompts`` a prompt of the form
+``run: COMMAND`` runs ``COMMAND`` with ``sh -c`` as the turn's work (the agent is busy until it
+ends), the way an agent runs a tool — which is how tests start a Tether front-end *inside* an
+agent's terminal. Escape sequences (arrows, focus events) are consumed and ignored; inside a
 bracketed paste (``ESC[200~ … ESC[201~``) newlines belong to the text (shown as ``⏎``, logged
 as ``\n``) instead of submitting it. Ctrl-D, SIGHUP and SIGTERM exit cleanly with the terminal restored.
 """
@@ -32,6 +37,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import termios
 import time
@@ -57,6 +63,8 @@ class Agent:
     log_path: str
     busy_seconds: float
     approval: bool
+    ignore_interrupt: bool = False
+    run_prompts: bool = False
     mode: Mode = "idle"
     draft: str = ""
     pending: str = ""  # the prompt being worked on or awaiting approval
@@ -66,6 +74,7 @@ class Agent:
     quit: bool = False
     paste_burst_seconds: float = 0.0  # an Enter this soon after a typed character is a newline
     last_char_at: float = float("-inf")
+    tool: subprocess.Popen[bytes] | None = None  # the command a ``run:`` prompt started
 
     # --- input -------------------------------------------------------------------------
 
@@ -76,7 +85,7 @@ class Agent:
         elif self.mode == "approval":
             self._approval_key(key, now)
         elif key in ("escape", "\x03"):
-            if self.mode == "busy":
+            if self.mode == "busy" and not self.ignore_interrupt:
                 self.mode = "idle"
                 self.transcript.append("● Interrupted")
             elif key == "\x03":
@@ -115,9 +124,18 @@ class Agent:
         self.mode = "busy"
         self.busy_started = now
         self.busy_until = now + self.busy_seconds
+        if self.run_prompts and self.pending.startswith("run: "):
+            self.tool = subprocess.Popen(
+                ["sh", "-c", self.pending[len("run: "):]], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
 
     def tick(self, now: float) -> bool:
-        """Advance time: finish the running turn when its time is up. True if it finished."""
+        """Advance time: finish the running turn when its time is up (and its command, if
+        it started one, has ended). True if it finished."""
+        if self.tool is not None and self.tool.poll() is None:
+            return False
+        self.tool = None
         if self.mode == "busy" and now >= self.busy_until:
             self.mode = "idle"
             self.transcript.append(f"● Done: {_flat(self.pending)}")
@@ -276,10 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--approval", action="store_true", help="ask before each prompt")
     parser.add_argument("--paste-burst-ms", type=float, default=0.0,
                         help="an Enter this soon after a typed character is a newline")
+    parser.add_argument("--ignore-interrupt", action="store_true",
+                        help="keep working on Escape / Ctrl-C (never acknowledge a cancel)")
+    parser.add_argument("--run-prompts", action="store_true",
+                        help="a prompt 'run: CMD' runs CMD with sh -c as the turn's work")
     args = parser.parse_args(argv)
 
     agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
-                  paste_burst_seconds=args.paste_burst_ms / 1000)
+                  paste_burst_seconds=args.paste_burst_ms / 1000,
+                  ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     resized: list[int] = []

@@ -5,6 +5,8 @@ A rule file is TOML, one per program, named ``<name>.toml``::
     name = "claude"                      # must equal the file's stem
     description = "..."                  # optional
     no_match_reason = "no_prompt_seen"   # optional; default "no_rule_matched"
+    interrupt = "Escape"                 # optional; the key that interrupts a turn (a
+                                         # ``send_keys`` name), default "Ctrl-c"
 
     [[rule]]
     id = "busy_interrupt_hint"           # unique in the file
@@ -43,12 +45,15 @@ from typing import Literal
 
 from tether.guardian.agents.recognize.model import ATTENTIONS, STATES, Attention, RuleFileError, State
 from tether.guardian.agents.recognize.regions import SCREEN, Region
+from tether.guardian.terminal.keys import key_bytes
+from tether.protocol.errors import TetherError
 
 LeafKind = Literal["contains", "regex", "line_regex"]
 LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
 NODE_KEYS = frozenset({"all", "any", "not", *LEAF_KINDS, "region", "ignore_case"})
 RULE_KEYS = NODE_KEYS | {"id", "state", "priority", "description", "attention"}
-FILE_KEYS = frozenset({"name", "description", "no_match_reason", "rule"})
+FILE_KEYS = frozenset({"name", "description", "no_match_reason", "interrupt", "rule"})
+DEFAULT_INTERRUPT = "Ctrl-c"
 MAX_BOTTOM_ROWS = 1000
 
 
@@ -93,6 +98,7 @@ class RuleSet:
     description: str
     no_match_reason: str
     rules: tuple[Rule, ...]
+    interrupt: str = DEFAULT_INTERRUPT  # what ``Agent.cancel`` presses (SPEC §8)
 
 
 def default_rules_dir() -> Traversable:
@@ -144,7 +150,17 @@ def parse_rule_file(filename: str, data: bytes) -> RuleSet:
         description=_string(filename, None, doc, "description") or "",
         no_match_reason=_string(filename, None, doc, "no_match_reason") or "no_rule_matched",
         rules=ordered,
+        interrupt=_interrupt(filename, doc),
     )
+
+
+def _interrupt(filename: str, doc: Mapping[str, object]) -> str:
+    name = _string(filename, None, doc, "interrupt") or DEFAULT_INTERRUPT
+    try:
+        key_bytes(name)
+    except TetherError as exc:
+        raise RuleFileError(filename, f"interrupt: {exc.message}") from exc
+    return name
 
 
 def _parse_rule(filename: str, index: int, raw: Mapping[str, object]) -> Rule:

@@ -1,0 +1,133 @@
+"""``tether agents``: a person's view of a workspace's managed agents (SPEC R24).
+
+``list`` shows the agents and their tree; ``detach ID`` is the person's gesture that makes a
+subagent a root agent (it clears the parent and every open label, nothing else: the agent
+keeps running); ``archive ID`` archives an agent with its cascade, as the Agent tool does.
+Detach is deliberately not an agent tool. ``list`` never starts a guardian: with none
+running it reads the workspace's catalog (every agent is then closed or in error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tether.frontend.agent_tree import archive_everywhere
+from tether.frontend.guardians import GuardianLocator, read_info
+from tether.frontend.person.term import table
+from tether.frontend.tools.agent_lifecycle import agent_line
+from tether.protocol.errors import TetherError
+from tether.protocol.limits import AGENT_RPC_TIMEOUT_S, MAX_AGENT_LIST
+from tether.shared.agent_store import AgentStore
+from tether.shared.catalog import Catalog
+from tether.shared.config import Config
+from tether.shared.identity import ProcessIdentity
+from tether.shared.paths import canonical_workspace, guardian_paths
+
+
+def _rows(agents: list[dict[str, Any]]) -> list[list[str]]:
+    """Agents as table rows in tree order: roots first, each followed by its children."""
+    ids = {a["execution_id"] for a in agents}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for entry in sorted(agents, key=lambda a: a["started_unix_ms"]):
+        parent = entry.get("parent_execution_id")
+        children.setdefault(parent if parent in ids else None, []).append(entry)
+    rows: list[list[str]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for a in children.get(parent, []):
+            state = str(a["agent_state"]) + (f" ({a['attention']})" if a.get("attention") else "")
+            rows.append(["  " * depth + a["execution_id"], state + (" archived" if a.get("archived_at")
+                                                                    else ""),
+                         str(a["generation"]), a.get("parent_execution_id") or "-",
+                         a.get("title") or a["command"]])
+            walk(a["execution_id"], depth + 1)
+
+    walk(None, 0)
+    return rows
+
+
+def _offline_agents(config: Config, root: str, include_archived: bool) -> list[dict[str, Any]]:
+    """The agents in the catalog of a workspace whose guardian is not running."""
+    paths = guardian_paths(config, "local", root)
+    if not paths.catalog.exists():
+        return []
+    catalog = Catalog(paths.catalog)
+    try:
+        return AgentStore(catalog).list_agents("local", root, include_archived=include_archived,
+                                               limit=MAX_AGENT_LIST)
+    finally:
+        catalog.close()
+
+
+async def _with_locator(config: Config, work: Callable[[GuardianLocator], Awaitable[int]]) -> int:
+    locator = GuardianLocator(config)
+    try:
+        return await work(locator)
+    finally:
+        locator.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether agents", description=__doc__.splitlines()[0]
+                                     if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="the workspace's agents, as a tree")
+    listing.add_argument("--all", action="store_true", help="include archived agents")
+    listing.add_argument("--json", action="store_true", help="print the records as JSON")
+    for name, help_ in (("detach", "make a subagent a root agent (clears parent and open labels)"),
+                        ("archive", "archive an agent and, in cascade, its subagents")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("execution_id")
+    for p in sub.choices.values():
+        p.add_argument("--workspace", default=os.getcwd(),
+                       help="workspace root (default: the current directory)")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.from_env()
+        root = canonical_workspace(args.workspace)
+    except (ValueError, TetherError) as exc:
+        print(f"tether agents: {exc}", file=sys.stderr)
+        return 2
+    scope = {"principal": "local", "workspace_root": root}
+
+    async def work(locator: GuardianLocator) -> int:
+        if args.command == "list":
+            info = read_info(guardian_paths(config, "local", root))
+            ident = ProcessIdentity.from_dict(info) if info else None
+            if ident is not None and ident.alive():
+                data = await locator.call(root, "agent.list", {
+                    **scope, "include_archived": args.all, "limit": MAX_AGENT_LIST},
+                    timeout_s=AGENT_RPC_TIMEOUT_S)
+                agents = list(data.wire()["agents"])
+            else:
+                agents = _offline_agents(config, root, args.all)
+            if args.json:
+                print(json.dumps(agents, indent=2))
+            elif agents:
+                print(table(["AGENT", "STATE", "GEN", "PARENT", "COMMAND"], _rows(agents),
+                            max_width=shutil.get_terminal_size().columns))
+            else:
+                print(f"no agents in {root}")
+            return 0
+        if args.command == "detach":
+            data = await locator.call(root, "agent.detach", {
+                **scope, "execution_id": args.execution_id}, timeout_s=AGENT_RPC_TIMEOUT_S)
+            print(f"detached: {agent_line(data.wire()['agent'])}")
+            return 0
+        data = await archive_everywhere(locator, root, args.execution_id)
+        print(f"archived: {', '.join(data['archived'])}")
+        print(f"detached: {', '.join(data['detached']) or 'none'}")
+        return 0
+
+    try:
+        return asyncio.run(_with_locator(config, work))
+    except TetherError as err:
+        print(f"tether agents: {err.code.value}: {err.message}", file=sys.stderr)
+        return 2

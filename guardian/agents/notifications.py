@@ -1,0 +1,103 @@
+"""Durable finish notices (SPEC R25): reading them, waiting for them, and typing them into a
+managed parent.
+
+Rows are written by the agent store in the same transaction as the event that causes them,
+so they exist exactly once and survive restarts of front-end and guardian. Reading is
+``agent.notifications`` (with an optional wait: ``Agent.wait`` event ``notification``).
+When the parent is a managed agent of this guardian, each notice is also typed into its
+terminal as a prompt with ``prompt_id = "notify-<id>"`` through the prompt desk (R21/R22):
+only when the parent awaits input, once only — a repeat of that prompt id types nothing — and
+pending until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tether.protocol.envelope import Request
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import AgentNotificationsParams, AgentPromptParams
+from tether.protocol.results import AgentNotificationsResult
+from tether.shared.agent_store import AgentStore
+
+if TYPE_CHECKING:
+    from tether.guardian.agents.receipts import PromptDesk
+    from tether.guardian.runtime.assembly import Runtime
+
+log = logging.getLogger(__name__)
+
+_KIND_TEXT = {
+    "finished": "finished a turn",
+    "error": "stopped with an error",
+    "approval": "is waiting for an approval",
+    "closed": "was closed before it finished",
+}
+
+
+def notice_text(notification: dict[str, Any]) -> str:
+    """What a managed parent reads: which child, what happened, where to look."""
+    return (f"[tether] agent {notification['child_execution_id']} "
+            f"{_KIND_TEXT.get(notification['kind'], notification['kind'])} "
+            f"(notification {notification['id']}, turn {notification['turn_seq']}). "
+            f"Look at it with Agent get {notification['child_execution_id']}.")
+
+
+class NoticeDesk:
+    """``agent.notifications`` and delivery of notices into managed parents."""
+
+    def __init__(self, runtime: Runtime, store: AgentStore, prompts: PromptDesk) -> None:
+        self._rt = runtime
+        self.store = store
+        self.prompts = prompts
+        self._delivering: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def notifications(self, request: Request | None, params: AgentNotificationsParams
+                            ) -> AgentNotificationsResult:
+        """Notices for ``parent`` after ``after``, waiting up to ``timeout_ms`` for one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + params.timeout_ms / 1000
+        while True:
+            rows = self.store.notifications(params.parent, params.after, params.limit)
+            if rows or loop.time() >= deadline:
+                break
+            await self._rt.notifier.wait(deadline - loop.time(), output=False)
+        cursor = rows[-1]["id"] if rows else params.after
+        return AgentNotificationsResult.model_validate({"notifications": rows, "cursor": cursor})
+
+    def deliver_soon(self, parent_id: str) -> None:
+        """Type pending notices into ``parent_id`` if it is a live managed agent awaiting input."""
+        parent = self.store.get(parent_id)
+        if parent is None or parent["agent_state"] != "idle" or self._rt.live.get(parent_id) is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._deliver(parent_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, parent_id: str) -> None:
+        lock = self._delivering.setdefault(parent_id, asyncio.Lock())
+        async with lock:
+            pending = self.store.undelivered(parent_id)
+            parent = self.store.get(parent_id)
+            if not pending or parent is None or parent["agent_state"] != "idle":
+                return
+            # One notice per idle period: typing it starts the parent's turn; the next one
+            # waits for the parent's next idle.
+            notice = pending[0]
+            prompt_id = f"notify-{notice['id']}"
+            params = AgentPromptParams(
+                principal=parent["principal"], workspace_root=parent["workspace_root"],
+                thread_id=parent["thread_id"], execution_id=parent_id, prompt_id=prompt_id,
+                text=notice_text(notice), recognizer=parent["agent_recognizer"] or "auto",
+                timeout_ms=0,
+            )
+            try:
+                await self.prompts.prompt(None, params)
+            except TetherError as err:
+                if err.code != ErrorCode.INPUT_NOT_READY:
+                    log.warning("notice %s for %s not delivered: %s", notice["id"], parent_id, err)
+                if err.data.get("input_sent") is False:
+                    return  # still pending: delivered at the parent's next idle
+            self.store.mark_delivered(int(notice["id"]), prompt_id)
