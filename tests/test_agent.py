@@ -240,8 +240,8 @@ async def test_prompt_enter_is_not_swallowed_by_a_paste_burst_rule(
     session = await initialize(client, workspace)
     log = tmp_path / "agent.log"
     eid = await _start_fake(client, session, log, "--paste-burst-ms 150 --busy-seconds 0.3")
-    sent = (await _agent(client, session, {
+    sent = (await agent(client, session, {
         "action": "prompt", "target": eid, "prompt_id": "burst", "text": "submit me whole",
         "recognizer": "claude", "timeout_seconds": 15}))["data"]["receipt"]
     assert (sent["delivered"], sent["activity_observed"], sent["wait_reached"]) == (True, True, True)
-    assert _log_lines(log) == ["submit me whole"]
+    assert prompt_log(log) == ["submit me whole"]

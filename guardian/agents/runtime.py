@@ -11,8 +11,6 @@ also between turns, when nothing else is looking (R25).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +31,6 @@ WATCH_QUIET_S = 0.04
 WATCH_MAX_S = 0.3
 #: After a hang-up, how long a program may take to exit before it gets SIGKILL.
 HANGUP_GRACE_S = 2.0
-KILL_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,23 +138,12 @@ class AgentRuntimes:
     # -- stop ------------------------------------------------------------------------------
 
     async def stop(self, execution_ids: list[str], stopping: Stopping) -> None:
-        """End these agents' runtimes (hang-up, then SIGKILL) and wait for their exits."""
+        """End these agents' runtimes — their whole sessions: SIGHUP, then SIGKILL after a
+        grace period — and wait for their exits to be recorded."""
         lives = [live for eid in execution_ids if (live := self.live(eid)) is not None]
         for live in lives:
             self._stopping[live.execution_id] = stopping
-            live.runtime.hangup()
-        await self._wait_done(lives, HANGUP_GRACE_S)
-        for live in lives:
-            if not live.done.is_set():
-                live.runtime.signal_group(signal.SIGKILL)
-        await self._wait_done(lives, KILL_GRACE_S)
-
-    @staticmethod
-    async def _wait_done(lives: list[LiveExecution], timeout_s: float) -> None:
-        waits = [live.done.wait() for live in lives if not live.done.is_set()]
-        if waits:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+        await asyncio.gather(*(live.runtime.end_session(HANGUP_GRACE_S) for live in lives))
 
     def _exited(self, live: LiveExecution, status: ExitStatus) -> None:
         # Not stopped by Tether: the program died or quit on its own, also between turns,
