@@ -38,8 +38,10 @@ STAMP = 'echo "stamp $TETHER_EXECUTION_ID $TETHER_THREAD_ID $TETHER_WORKSPACE"'
 async def test_every_process_tether_starts_is_stamped(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     expected = f"{session['thread_id']} {workspace}"
+    # A command in the main shell runs in the shell's process (its environment is the
+    # shell's): which execution it is, is found by ancestry (see the CLI test below).
     shell = await run(client, session, STAMP)
-    assert shell["output"].strip() == f"stamp {shell['execution_id']} {expected}"
+    assert shell["output"].strip() == f"stamp  {expected}"
     started = await bash(client, session, {"type": "command", "is_background": True,
                                            "command": STAMP})
     background = await bash(client, session, {"type": "status_check",
@@ -67,13 +69,14 @@ async def test_person_detaches_and_archives_with_the_cli(
         "workspace": str(workspace), "argv": fake_argv(tmp_path / "c.log"), "recognizer": "claude",
         "title": "helper", "labels": {"tether.open.ui-1": "true", "tether.open.ui-2": "false",
                                       "team": "blue"}}]}))
-    started = await bash(client, session, {"type": "command", "is_background": True,
-                                           "command": f"{sys.executable} {LAUNCHER} {spec} "
-                                                      f"{tmp_path / 'out.json'}"})
+    # The launcher runs as a command in the main shell: no TETHER_EXECUTION_ID there, so its
+    # front-end finds the command's execution through its process ancestry.
+    started = await run(client, session, f"{sys.executable} {LAUNCHER} {spec} "
+                                         f"{tmp_path / 'out.json'}", wait=0)
     result = launched_by(tmp_path / "out.json")[0]["data"]
     child = result["agent"]["execution_id"]
     assert result["agent"]["parent_execution_id"] == started["execution_id"]
-    assert result["parent_source"] == "environment"
+    assert result["parent_source"] == "ancestry"
     before = (await wait_state(client, session, child, "idle"))["agent"]
 
     def tether(*args: str) -> subprocess.CompletedProcess[str]:

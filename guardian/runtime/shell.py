@@ -150,11 +150,8 @@ class MainShell:
     def command_file(self, execution_id: str, command: str) -> str:
         """Write ``command`` to a private file; return the line to type for it."""
         path = self._scratch / f"cmd-{execution_id}.sh"
-        # R24: what the command starts knows which execution it belongs to. (The shell keeps
-        # the value until the next command replaces it; appending an unset would clobber $?.)
-        stamp = f"export TETHER_EXECUTION_ID={shlex.quote(execution_id)}\n"
         # Read once by the shell a moment later; it need not survive a power cut.
-        write_private_file(path, stamp.encode() + command.encode() + b"\n", durable=False)
+        write_private_file(path, command.encode() + b"\n", durable=False)
         self._command_file = path
         # A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc).
         return f" . {shlex.quote(str(path))}\r"
