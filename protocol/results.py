@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether.protocol.errors import ErrorCode, TetherError
 
@@ -31,24 +31,27 @@ class Result(BaseModel):
 
     # Built on first use: a guardian that has served one command needs a few of them.
     model_config = ConfigDict(extra="allow", defer_build=True)
-    _raw: dict[str, Any] | None = PrivateAttr(default=None)
+
+    # The map is kept in pydantic's private slot, not in a PrivateAttr: declaring one makes
+    # pydantic run a Python hook for every nested model it validates (32 observe items...).
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
         result = super().model_validate(obj, *args, **kwargs)
         if isinstance(obj, dict):
-            result._raw = obj
+            object.__setattr__(result, "__pydantic_private__", {"wire": obj})
         return result
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_"):
-            self._raw = None
+        object.__setattr__(self, "__pydantic_private__", None)
         super().__setattr__(name, value)
 
     def wire(self) -> dict[str, Any]:
         """The reply as it goes on the wire: the fields that were set, nothing else."""
-        if self._raw is not None:
-            return self._raw
+        kept = self.__pydantic_private__
+        if kept is not None and "wire" in kept:
+            raw: dict[str, Any] = kept["wire"]
+            return raw
         return self.model_dump(exclude_unset=True)
 
 
