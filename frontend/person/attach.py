@@ -36,13 +36,12 @@ from tether.protocol.limits import MAX_STREAM_BYTES, MAX_TEXT_BYTES, RPC_SLACK_S
 from tether.shared.config import Config
 
 #: Batching of live output: once output has started, a reply waits a moment for more (up to
-#: 512 KiB), so a program at full speed costs tens of replies a second instead of one per PTY
+#: 256 KiB), so a program at full speed costs tens of replies a second instead of one per PTY
 #: read. The wait is 2 ms while output trickles (a keystroke's echo stays immediate) and
-#: 20 ms while it pours (the last reply was big). Bigger batches cost less per byte on both
-#: sides (768 KiB against 256 KiB: guardian 1.15 against 1.24 CPU s per 100 MB, attach 0.34
-#: against 0.40, medians of 4 bench rounds), but the guardian looks on a 2 ms tick and keeps
-#: only 1 MiB: 512 KiB leaves half of retention as margin for a late tick.
-BATCH_BYTES = 512 * 1024
+#: 20 ms while it pours (the last reply was big). Bigger batches cost a little less per byte
+#: (768 KiB: about 7% less guardian CPU in bench rounds) but the guardian keeps only 1 MiB and
+#: its PTY reader appends bursts of up to 1 MiB at once: every byte of batch is margin lost.
+BATCH_BYTES = 256 * 1024
 LINGER_TRICKLE_MS, LINGER_POUR_MS = 2, 20
 POURING_BYTES = 64 * 1024
 #: Output fetched but not yet written to the person's terminal. The guardian keeps only 1 MiB
