@@ -54,7 +54,10 @@ async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown
         with pytest.raises(TetherError) as stuck:
             await handle.call("exec.input", {**typed, "idempotency_key": "more"}, timeout_s=1.0)
         assert stuck.value.code == ErrorCode.INPUT_INCOMPLETE
-        assert stuck.value.data["input_sent"] is False and stuck.value.data["bytes_written"] == 0
+        # Usually the queue is still full and nothing goes in; on a loaded machine the first
+        # attempt may have stopped before filling it. Either way the reply says what happened.
+        written = stuck.value.data["bytes_written"]
+        assert stuck.value.data["input_sent"] == ("partial" if written else False), stuck.value.data
     finally:
         locator.close()
 
