@@ -5,6 +5,11 @@ The guardian talks ZeroMQ over a local socket and never TLS, but asyncio imports
 memory (SPEC §11: idle RSS at most 40 MB). With ``ssl`` marked absent, asyncio simply offers
 no TLS. Only a process that has not imported asyncio yet is changed: a test runner or any
 other host that imports guardian modules keeps its ``ssl``.
+
+``_hashlib`` is OpenSSL's hashing, which maps libcrypto (about 3.5 MB resident) as soon as
+``hashlib``, ``hmac`` or ``secrets`` is imported. The guardian hashes only with SHA-256 and
+HMAC-SHA-256, which the standard library also implements itself (``_sha256``); with
+``_hashlib`` marked absent, ``hashlib`` and ``hmac`` fall back to those built-ins.
 """
 
 from __future__ import annotations
@@ -13,3 +18,5 @@ import sys
 
 if "asyncio" not in sys.modules and "ssl" not in sys.modules:
     sys.modules["ssl"] = None  # type: ignore[assignment]
+if "asyncio" not in sys.modules and "_hashlib" not in sys.modules:
+    sys.modules["_hashlib"] = None  # type: ignore[assignment]
