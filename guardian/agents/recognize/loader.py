@@ -36,17 +36,20 @@ and the rule, so a broken rule file fails at start-up, not on the first screen i
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.resources import files
-from importlib.resources.abc import Traversable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tether.guardian.agents.recognize.model import ATTENTIONS, STATES, Attention, RuleFileError, State
 from tether.guardian.agents.recognize.regions import SCREEN, Region
 from tether.guardian.terminal.keys import key_bytes
 from tether.protocol.errors import TetherError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+# tomllib and importlib.resources (with tempfile, about 1 MB resident) are imported where a
+# rule file is read: a guardian that never recognizes a program never loads them (SPEC §11).
 
 LeafKind = Literal["contains", "regex", "line_regex"]
 LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
@@ -103,6 +106,8 @@ class RuleSet:
 
 def default_rules_dir() -> Traversable:
     """The rule files shipped with the package (``guardian/recognize/rules``)."""
+    from importlib.resources import files
+
     return files("tether.guardian.agents.recognize") / "rules"
 
 
@@ -121,6 +126,8 @@ def load_rule_dir(directory: Traversable) -> dict[str, RuleSet]:
 
 def parse_rule_file(filename: str, data: bytes) -> RuleSet:
     """Parse and validate one rule file's bytes; ``filename`` is used in messages."""
+    import tomllib
+
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
