@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -132,6 +133,12 @@ class Guardian:
         )
         context: zmq.Context[Any] = zmq.Context()
         server = RouterServer(self.paths.endpoint, service.handle_frame, context)
+        # Start-up (imports, the catalog, the rooms) leaves cyclic garbage behind: collect it
+        # once, before serving, so its memory can be trimmed; then freeze what survives (the
+        # modules and classes, alive for good) so that later full collections, which run on
+        # the loop, do not walk those objects again.
+        gc.collect()
+        gc.freeze()
         self.paths.socket.unlink(missing_ok=True)  # left by a crashed predecessor; we hold the lock
         server.bind()
         self._announce(identity, auth)
