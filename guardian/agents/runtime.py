@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.turns import recognize_record
 from tether.guardian.history.journal import Journal
+from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
@@ -143,7 +144,11 @@ class AgentRuntimes:
         lives = [live for eid in execution_ids if (live := self.live(eid)) is not None]
         for live in lives:
             self._stopping[live.execution_id] = stopping
-        await asyncio.gather(*(live.runtime.end_session(HANGUP_GRACE_S) for live in lives))
+        leaders = [pid for live in lives if (pid := live.runtime.pid) is not None]
+        # One end for the whole set: ending 30 sessions one by one is 30 sets of /proc scans.
+        await kernel.end_sessions(leaders, HANGUP_GRACE_S)
+        for live in lives:
+            live.runtime.session_ended()
 
     def _exited(self, live: LiveExecution, status: ExitStatus) -> None:
         # Not stopped by Tether: the program died or quit on its own, also between turns,

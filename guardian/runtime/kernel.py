@@ -197,6 +197,24 @@ async def wait_exited(pids: Iterable[int], timeout_s: float) -> set[int]:
     return alive
 
 
+def session_trees(leaders: Iterable[int]) -> set[int]:
+    """Every live member of these sessions and every descendant of their leaders (including
+    those that left the session), from one ``/proc`` scan."""
+    wanted = set(leaders)
+    stats = [stat for stat in _all_processes() if stat.state != "Z"]
+    found = {stat.pid for stat in stats if stat.session in wanted}
+    children: dict[int, list[int]] = {}
+    for stat in stats:
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    todo = list(wanted)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 async def end_session(leader: int, grace_s: float) -> list[int]:
     """End a PTY session the way a closing terminal would, then make sure.
 
@@ -204,12 +222,19 @@ async def end_session(leader: int, grace_s: float) -> list[int]:
     descendant of its leader; SIGKILL to whatever is still alive after ``grace_s``. Returns
     the pids that survived even that. The caller reaps the leader (it is its child).
     """
-    targets = {leader, *session_members(leader), *descendants(leader)}
+    return await end_sessions([leader], grace_s)
+
+
+async def end_sessions(leaders: Iterable[int], grace_s: float) -> list[int]:
+    """:func:`end_session` for many sessions at once (an archive cascade ends a whole tree
+    of agents): one ``/proc`` scan per step instead of one per session."""
+    leaders = list(leaders)
+    targets = {*leaders, *session_trees(leaders)}
     signal_all(targets, signal.SIGHUP)
     signal_all(targets, signal.SIGCONT)
     alive = await wait_exited(targets, grace_s)
     # Anything forked since the first look (a trap handler's child) goes too.
-    alive |= {*session_members(leader), *descendants(leader)} - targets
+    alive |= session_trees(leaders) - targets
     signal_all(alive, signal.SIGKILL)
     return sorted(await wait_exited(alive, 1.0))
 

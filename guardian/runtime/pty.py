@@ -377,9 +377,14 @@ class PtyRuntime:
         if pid is None:
             return []
         survivors = await kernel.end_session(pid, grace_s)
+        self.session_ended()
+        return survivors
+
+    def session_ended(self) -> None:
+        """The whole session was ended (``end_session``, or ``kernel.end_sessions`` for many
+        runtimes at once): reap the leader now and report its exit."""
         self._child_exited()  # reap now if the pidfd callback has not run yet
         self._report_exit()  # everything that held the terminal is gone: nothing to drain
-        return survivors
 
     def close(self) -> None:
         """Release the PTY fd and watchers without blocking (never ptyprocess.close)."""
