@@ -222,12 +222,19 @@ async def end_session(leader: int, grace_s: float) -> list[int]:
     descendant of its leader; SIGKILL to whatever is still alive after ``grace_s``. Returns
     the pids that survived even that. The caller reaps the leader (it is its child).
     """
-    return await end_sessions([leader], grace_s)
+    targets = {leader, *session_members(leader), *descendants(leader)}
+    signal_all(targets, signal.SIGHUP)
+    signal_all(targets, signal.SIGCONT)
+    alive = await wait_exited(targets, grace_s)
+    # Anything forked since the first look (a trap handler's child) goes too.
+    alive |= {*session_members(leader), *descendants(leader)} - targets
+    signal_all(alive, signal.SIGKILL)
+    return sorted(await wait_exited(alive, 1.0))
 
 
 async def end_sessions(leaders: Iterable[int], grace_s: float) -> list[int]:
     """:func:`end_session` for many sessions at once (an archive cascade ends a whole tree
-    of agents): one ``/proc`` scan per step instead of one per session."""
+    of agents): one ``/proc`` scan per step instead of two per session."""
     leaders = list(leaders)
     targets = {*leaders, *session_trees(leaders)}
     signal_all(targets, signal.SIGHUP)
