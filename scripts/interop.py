@@ -47,6 +47,7 @@ import interop_models
 from tether.guardian.agents.recognize import ScreenView, recognize
 from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.screen import TerminalScreen
+from tether.shared.agent_states import from_recognition
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -108,6 +109,8 @@ class Report:
     failures: list[str] = field(default_factory=list)
     screens: int = 0
     saved: bool = True
+    new: int = 0
+    agent_states: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
 
     def check(self, ok: bool, what: str) -> bool:
@@ -145,11 +148,6 @@ class Tether:
             args["wait_for_seconds"] = wait
         return dict((await self.call("BashCommand", args))["data"])
 
-    async def start(self, command: str) -> str:
-        data = await self.bash({"type": "command", "command": command, "is_background": True,
-                                "rows": ROWS, "cols": COLS}, wait=0)
-        return str(data["execution_id"])
-
     async def screen(self, eid: str) -> dict[str, Any]:
         return dict((await self.bash({"type": "screen", "execution_id": eid}))["screen"])
 
@@ -163,11 +161,25 @@ class Tether:
     async def text(self, eid: str, text: str) -> dict[str, Any]:
         return await self.bash({"type": "send_text", "execution_id": eid, "text": text}, wait=0.3)
 
-    async def status(self, eid: str, wait: float = 0) -> dict[str, Any]:
-        return await self.bash({"type": "status_check", "execution_id": eid}, wait=wait)
-
     async def agent(self, action: str, **kw: Any) -> dict[str, Any]:
         return await self.call("Agent", self.scoped(action=action, **kw), allow_error=True)
+
+    async def launch(self, provider: str, argv: list[str] | None = None,
+                     recognizer: str | None = None, title: str | None = None) -> str:
+        """A managed agent (``Agent.launch``); its execution id."""
+        args: dict[str, Any] = {"provider": provider, "rows": ROWS, "cols": COLS}
+        if argv is not None:
+            args["argv"] = argv
+        if recognizer is not None:
+            args["recognizer"] = recognizer
+        if title is not None:
+            args["title"] = title
+        launched = await self.call("Agent", self.scoped(action="launch", **args))
+        return str(launched["data"]["agent"]["execution_id"])
+
+    async def agent_view(self, eid: str) -> dict[str, Any]:
+        """The managed agent's record (``Agent.get``): agent_state, attention, status, ..."""
+        return dict((await self.call("Agent", self.scoped(action="get", target=eid)))["data"]["agent"])
 
     def raw(self, eid: str) -> bytes:
         paths = guardian_paths(self.config, "local", self.session["workspace_root"])
@@ -192,17 +204,28 @@ class Recorder:
     out_dir: Path | None
     recognizer: str
     seen_texts: set[str] = field(default_factory=set)
+    saved_texts: set[str] = field(default_factory=set)
     count: int = 0
+
+    def load_saved(self) -> None:
+        """The screens already among the fixtures: only new ones are added (numbered on)."""
+        if self.out_dir is None:
+            return
+        for txt in self.out_dir.glob("*.txt"):
+            self.saved_texts.add(txt.read_text().removesuffix("\n"))
+            with contextlib.suppress(ValueError):
+                self.count = max(self.count, int(txt.name.split("_", 1)[0]))
 
     def save(self, name: str, raw: bytes, expected: dict[str, Any], got: dict[str, Any]) -> None:
         text, title = replay(raw)
         if text in self.seen_texts:
             return
         self.seen_texts.add(text)
-        self.count += 1
         self.report.screens += 1
-        if self.out_dir is None:
+        if self.out_dir is None or text in self.saved_texts:
             return
+        self.count += 1
+        self.report.new += 1
         stem = self.out_dir / f"{self.count:02d}_{name}"
         stem.with_suffix(".ansi").write_bytes(raw)
         stem.with_suffix(".txt").write_text(text + "\n")
@@ -242,20 +265,93 @@ async def checkpoint(t: Tether, rec: Recorder, eid: str, name: str, until: str, 
         return None
     ok = got.get("state") == state and (attention is None or got.get("attention") == attention)
     label = f"{name}={got.get('state')}" + (f"/{got.get('attention')}" if got.get("attention") else "")
+    agent = await agent_state_for(t, rec, eid, name, got)
     rec.report.states.append(label + ("" if ok else f" (expected {state}/{attention})")
-                             + f" [{got.get('rule')}]")
+                             + f" [{got.get('rule')}]" + agent)
     rec.report.check(ok, f"{name}: recognised {got.get('state')}/{got.get('attention')} by "
                          f"{got.get('rule')}, expected {state}/{attention}")
     rec.save(name, raw, {"state": state, "attention": attention, "note": note}, got)
     return got
 
 
+def agent_text(view: dict[str, Any]) -> str:
+    return str(view.get("agent_state")) + (f"/{view['attention']}" if view.get("attention") else "")
+
+
+async def agent_state_for(t: Tether, rec: Recorder, eid: str, name: str,
+                          got: dict[str, Any]) -> str:
+    """The managed agent's state at a checkpoint: it must follow the screen's recognition
+    (the guardian's watch moves it when output settles, so allow it a moment)."""
+    expected = from_recognition(got.get("state") or "unknown", got.get("attention"))
+    deadline = time.monotonic() + 3.0
+    while True:
+        view = await t.agent_view(eid)
+        if expected[0] is None or (view.get("agent_state"), view.get("attention")) == expected:
+            break
+        if time.monotonic() >= deadline:
+            rec.report.check(False, f"{name}: agent_state {agent_text(view)} does not follow the "
+                                    f"recognition {got.get('state')}/{got.get('attention')}")
+            break
+        await asyncio.sleep(0.2)
+    rec.report.agent_states.append(agent_text(view))
+    return f" agent={agent_text(view)}"
+
+
 async def wait_exit(t: Tether, eid: str, timeout: float = 15.0) -> dict[str, Any]:
+    """Until the managed agent's runtime has ended (``closed`` or ``error``); its record."""
     deadline = time.monotonic() + timeout
     while True:
-        status = await t.status(eid, wait=min(5.0, max(0.0, deadline - time.monotonic())))
-        if status["status"] != "running" or time.monotonic() >= deadline:
-            return status
+        view = await t.agent_view(eid)
+        if view.get("agent_state") in ("closed", "error") or time.monotonic() >= deadline:
+            return view
+        await asyncio.sleep(0.3)
+
+
+def leftover_processes(eid: str) -> list[int]:
+    """Processes still carrying the agent's environment stamp (R24): none once it ended."""
+    stamp = f"TETHER_EXECUTION_ID={eid}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if stamp in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+    return found
+
+
+async def ended(t: Tether, rec: Recorder, eid: str, how: str, view: dict[str, Any]) -> None:
+    """Record how the agent ended and check that nothing of it is left running."""
+    gone = time.monotonic() + 5.0
+    while (left := leftover_processes(eid)) and time.monotonic() < gone:
+        await asyncio.sleep(0.2)
+    rec.report.check(view.get("agent_state") in ("closed", "error"),
+                     f"{how}: the agent did not end: {agent_text(view)}")
+    rec.report.check(not left, f"{how}: processes left behind: {left}")
+    rec.report.states.append(f"{how} -> agent={agent_text(view)} status={view.get('status')} "
+                             f"exit_code={view.get('exit_code')} reason={view.get('reason')!r}"
+                             f"{'' if not left else f' LEAKED {left}'}")
+    rec.report.agent_states.append(agent_text(view))
+
+
+async def close(t: Tether, rec: Recorder, eid: str) -> None:
+    closed = await t.agent("close", target=eid)
+    view = (closed.get("data") or {}).get("agent") or await t.agent_view(eid)
+    await ended(t, rec, eid, "Agent.close", view)
+
+
+async def cancel(t: Tether, rec: Recorder, eid: str) -> dict[str, Any]:
+    """``Agent.cancel``: the program's interrupt, acknowledged when its turn ends."""
+    done = await t.agent("cancel", target=eid, timeout_seconds=10)
+    data = done.get("data") or {}
+    acknowledged = data.get("acknowledged") is True
+    rec.report.receipts.append(
+        f"Agent.cancel: acknowledged={data.get('acknowledged')} interrupt={data.get('interrupt')} "
+        f"-> agent={agent_text(data.get('agent') or {})}"
+        + ("" if acknowledged else f" ({done.get('error') or done})"))
+    rec.report.check(acknowledged, f"Agent.cancel not acknowledged: {done}")
+    if acknowledged:
+        rec.report.agent_states.append(agent_text(data["agent"]))
+    return data
 
 
 def model_requests(log: Path, marker: str, since: float) -> list[dict[str, Any]]:
@@ -323,32 +419,26 @@ class Env:
         return path
 
 
-def env_prefix(values: dict[str, str]) -> str:
-    return "env " + " ".join(f"{k}={_quote(v)}" for k, v in values.items())
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "'\\''") + "'" if re.search(r"[^\w@%+=:,./-]", value) else value
-
-
-async def claude_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+def claude_env(env: Env) -> dict[str, str]:
+    """The guardian's environment for Claude Code (its managed agents inherit it): a fresh
+    home, the scripted Anthropic API, no updater or other traffic."""
     home = env.fresh("claude-home")
     # Onboarding done (its first step calls api.anthropic.com, unreachable here); the folder
     # trust and API key questions still come, as on any new machine.
     (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark"}))
-    command = env_prefix({
-        "HOME": str(home), "PATH": env.path(), "TERM": "xterm-256color",
-        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{env.port}", "ANTHROPIC_API_KEY": FAKE_ANTHROPIC_KEY,
-        "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }) + f" {env.bin('claude')} --permission-mode manual"
-    eid = await t.start(f"cd {_quote(str(project))} && {command}")
+    # ENABLE_TOOL_SEARCH=false: otherwise plan mode's ExitPlanMode is deferred behind ToolSearch.
+    return {"HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{env.port}",
+            "ANTHROPIC_API_KEY": FAKE_ANTHROPIC_KEY, "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "ENABLE_TOOL_SEARCH": "false"}
+
+
+async def claude_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+    # The provider's own command line: ``claude --session-id <uuid> --permission-mode manual``.
+    eid = await t.launch("claude", ["--permission-mode", "manual"], title="interop claude")
     await early_key(t, rec, eid, r"trust this folder")
     await run_claude_like(t, env, rec, eid, project)
-    # Again in plan mode (folder and key are trusted now): a plan to confirm.
-    # ENABLE_TOOL_SEARCH=false: otherwise ExitPlanMode is deferred behind ToolSearch.
-    eid = await t.start(f"cd {_quote(str(project))} && "
-                        + command.replace("env ", "env ENABLE_TOOL_SEARCH=false ", 1)
-                        .replace("--permission-mode manual", "--permission-mode plan"))
+    # Again in plan mode (folder and key are trusted now): a plan to confirm; Agent.close ends it.
+    eid = await t.launch("claude", ["--permission-mode", "plan"], title="interop claude plan")
     await checkpoint(t, rec, eid, "plan_mode_idle", r"(?m)^❯\s*$", "awaiting_input")
     await t.agent("prompt", target=eid, prompt_id=f"plan-{secrets.token_hex(3)}",
                   text="make a plan TETHER-PLAN", timeout_seconds=10)
@@ -356,11 +446,7 @@ async def claude_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> No
                      "awaiting_approval", "approval")
     await t.keys(eid, "Escape")
     await checkpoint(t, rec, eid, "plan_declined", r"(?m)^❯\s*$", "awaiting_input")
-    await t.keys(eid, "Ctrl-c")
-    await checkpoint(t, rec, eid, "plan_ctrl_c_once", r"(?i)again to exit", "awaiting_input")
-    await t.keys(eid, "Ctrl-c")
-    status = await wait_exit(t, eid)
-    rec.report.check(status["status"] == "exited", f"claude (plan mode) did not exit: {status}")
+    await close(t, rec, eid)
 
 
 async def early_key(t: Tether, rec: Recorder, eid: str, dialog: str) -> None:
@@ -397,20 +483,18 @@ async def run_claude_like(t: Tether, env: Env, rec: Recorder, eid: str, project:
                                                               r"(?i)select model|switch between"),
                            deny_selected=r"❯ \d+\. No", deny_key="Enter",
                            denied=r"(?i)rejected|denied|declined|No, and tell|interrupted",
-                           busy=r"esc to interrupt", cancel=("Escape",), interrupted=r"(?i)interrupted")
+                           busy=r"esc to interrupt", interrupted=r"(?i)interrupted")
     await t.keys(eid, "Ctrl-c")
     await checkpoint(t, rec, eid, "ctrl_c_once", r"(?i)again to exit", "awaiting_input")
     await t.keys(eid, "Ctrl-c")
-    status = await wait_exit(t, eid)
-    rec.report.check(status["status"] == "exited", f"claude did not exit: {status['status']}")
-    rec.report.states.append(f"exited (exit code {status.get('exit_code')})")
+    await ended(t, rec, eid, "exit by Ctrl-c Ctrl-c", await wait_exit(t, eid))
     await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
                      note="the program has exited; its last frame is still on the screen")
 
 
 async def drafts_and_turns(t: Tether, env: Env, rec: Recorder, eid: str, project: Path, *,
                            idle_after: str, approval: str, deny: tuple[str, ...], deny_selected: str,
-                           deny_key: str, denied: str, busy: str, cancel: tuple[str, ...],
+                           deny_key: str, denied: str, busy: str,
                            interrupted: str, approval_attention: str = "approval",
                            always: str | None = None,
                            picker: tuple[str, str, str] | None = None) -> None:
@@ -456,35 +540,34 @@ async def drafts_and_turns(t: Tether, env: Env, rec: Recorder, eid: str, project
     await t.agent("prompt", target=eid, prompt_id=f"slow-{secrets.token_hex(3)}",
                   text="take your time TETHER-SLOW", timeout_seconds=10)
     await checkpoint(t, rec, eid, "busy", busy, "busy", stable=False)
-    for key in cancel:
-        await t.keys(eid, key)
-        await asyncio.sleep(0.4)
-    got = await checkpoint(t, rec, eid, "interrupted", interrupted, "awaiting_input")
-    rec.report.receipts.append(f"cancel acknowledged: {'yes' if got else 'no'}")
+    await cancel(t, rec, eid)
+    await checkpoint(t, rec, eid, "interrupted", interrupted, "awaiting_input")
 
 
-async def codex_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
-    # First a Codex with no provider and no login: its sign-in screen.
-    bare = env.fresh("codex-home-bare")
-    base = {"PATH": env.path(), "TERM": "xterm-256color"}
-    eid = await t.start(f"cd {_quote(str(project))} && "
-                        + env_prefix({**base, "HOME": str(bare), "CODEX_HOME": str(bare)})
-                        + f" {env.bin('codex')} --no-daemon")
-    await checkpoint(t, rec, eid, "login", r"(?i)sign in|api key", "awaiting_approval", "login")
-    await t.keys(eid, "Down")
-    await checkpoint(t, rec, eid, "login_option_2", r"[›>] 2\.", "awaiting_approval", "login")
-    await t.keys(eid, "Ctrl-c")
-    if (await wait_exit(t, eid, 5))["status"] == "running":
-        with contextlib.suppress(Exception):
-            await t.keys(eid, "Ctrl-c")
+def codex_env(env: Env) -> dict[str, str]:
+    """The guardian's environment for Codex: a home whose config names the scripted
+    Responses API and asks before running commands."""
     home = env.fresh("codex-home")
     (home / "config.toml").write_text(
         'model = "scripted-model"\nmodel_provider = "scripted"\napproval_policy = "on-request"\n'
         "[model_providers.scripted]\nname = \"Scripted\"\n"
         f'base_url = "http://127.0.0.1:{env.port}/v1"\nwire_api = "responses"\n')
-    eid = await t.start(f"cd {_quote(str(project))} && "
-                        + env_prefix({**base, "HOME": str(home), "CODEX_HOME": str(home)})
-                        + f" {env.bin('codex')} --no-daemon")
+    return {"HOME": str(home), "CODEX_HOME": str(home)}
+
+
+async def codex_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+    # First a Codex with no provider and no login: its sign-in screen. The provider's command
+    # line cannot give one launch a home of its own (agents inherit the guardian's
+    # environment), so this one is ``provider: command`` through env(1).
+    bare = env.fresh("codex-home-bare")
+    eid = await t.launch("command", ["env", f"HOME={bare}", f"CODEX_HOME={bare}", env.bin("codex"),
+                                     "--no-daemon"], recognizer="codex", title="interop codex login")
+    await checkpoint(t, rec, eid, "login", r"(?i)sign in|api key", "awaiting_approval", "login")
+    await t.keys(eid, "Down")
+    await checkpoint(t, rec, eid, "login_option_2", r"[›>] 2\.", "awaiting_approval", "login")
+    await close(t, rec, eid)
+    # The provider's own command line: ``codex --no-daemon``, with the configured home.
+    eid = await t.launch("codex", ["--no-daemon"], title="interop codex")
     await checkpoint(t, rec, eid, "trust_folder", r"(?i)trust this folder", "awaiting_approval", "trust")
     await t.keys(eid, "Down")
     await checkpoint(t, rec, eid, "trust_folder_option_2", r"[›>] 2\.", "awaiting_approval", "trust")
@@ -500,16 +583,15 @@ async def codex_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> Non
                            denied=r"(?i)canceled|cancelled|denied|rejected|did not run",
                            # While the answer streams Codex hides its status line; only the
                            # title's spinner says it is working.
-                           busy=r"Working slowly", cancel=("Escape",), interrupted=r"(?i)interrupted")
+                           busy=r"Working slowly", interrupted=r"(?i)interrupted")
     await t.keys(eid, "Ctrl-c")
-    status = await wait_exit(t, eid, 5)
-    if status["status"] == "running":
+    view = await wait_exit(t, eid, 5)
+    if view.get("agent_state") not in ("closed", "error"):
         await checkpoint(t, rec, eid, "ctrl_c_once", r"(?i)again to (quit|exit)", "awaiting_input",
                          timeout=5)
         await t.keys(eid, "Ctrl-c")
-        status = await wait_exit(t, eid)
-    rec.report.check(status["status"] == "exited", f"codex did not exit: {status['status']}")
-    rec.report.states.append(f"exited (exit code {status.get('exit_code')})")
+        view = await wait_exit(t, eid)
+    await ended(t, rec, eid, "exit by Ctrl-c", view)
     await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
                      note="the program has exited; its last frame is still on the screen")
 
@@ -528,25 +610,27 @@ def opencode_config(port: int, extra: dict[str, Any] | None = None) -> dict[str,
     }
 
 
-async def opencode_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+def opencode_env(env: Env) -> dict[str, str]:
+    """The guardian's environment for OpenCode: a home whose config names the scripted
+    OpenAI-compatible API and asks before bash and edits."""
     home = env.fresh("opencode-home")
     (home / ".config" / "opencode").mkdir(parents=True)
     (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(opencode_config(env.port)))
-    eid = await t.start(f"cd {_quote(str(project))} && "
-                        + env_prefix({"HOME": str(home), "PATH": env.path(), "TERM": "xterm-256color"})
-                        + f" {env.bin('opencode')}")
+    return {"HOME": str(home)}
+
+
+async def opencode_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> None:
+    # The provider's own command line: ``opencode``, in the thread's directory (the project).
+    eid = await t.launch("opencode", title="interop opencode")
     await checkpoint(t, rec, eid, "idle_home", r"Ask anything", "awaiting_input", timeout=40)
     await drafts_and_turns(t, env, rec, eid, project, idle_after=r"Hello from the scripted model",
                            approval=r"(?i)permission required|allow once", deny=("Right", "Right"),
                            deny_selected=r"(?i)reject", deny_key="Enter",
                            # Rejecting leaves no message: the question is gone, the input back.
                            denied=r"(?s)\A(?!.*Permission required).*ctrl\+p commands",
-                           busy=r"esc interrupt",
-                           cancel=("Escape", "Escape"), interrupted=r"(?i)interrupted")
+                           busy=r"esc interrupt", interrupted=r"(?i)interrupted")
     await t.keys(eid, "Ctrl-c")
-    status = await wait_exit(t, eid)
-    rec.report.check(status["status"] == "exited", f"opencode did not exit: {status['status']}")
-    rec.report.states.append(f"exited (exit code {status.get('exit_code')})")
+    await ended(t, rec, eid, "exit by Ctrl-c", await wait_exit(t, eid))
     await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
                      note="the program has exited; its last frame is still on the screen")
 
@@ -689,6 +773,9 @@ async def opencode_client(env: Env, report: Report) -> None:
 
 INSIDE: dict[str, Callable[[Tether, Env, Recorder, Path], Any]] = {
     "claude": claude_inside, "codex": codex_inside, "opencode": opencode_inside}
+#: What the guardian (and so every managed agent it launches) gets in its environment.
+AGENT_ENV: dict[str, Callable[[Env], dict[str, str]]] = {
+    "claude": claude_env, "codex": codex_env, "opencode": opencode_env}
 CLIENT: dict[str, Callable[[Env, Report], Any]] = {
     "claude": claude_client, "codex": codex_client, "opencode": opencode_client}
 RECOGNIZERS = {"claude": "claude", "codex": "codex", "opencode": "opencode"}
@@ -700,13 +787,17 @@ async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> 
     out_dir: Path | None = None
     if save:
         out_dir = FIXTURES / f"{program}-{version}"
-        shutil.rmtree(out_dir, ignore_errors=True)
-        out_dir.mkdir(parents=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
     rec = Recorder(report, out_dir, RECOGNIZERS[program])
+    rec.load_saved()
     project = env.fresh(f"{program}-project")
     subprocess.run(["git", "init", "-q", str(project)], check=False)
+    # This workspace's guardian is started by this server and inherits its environment, and
+    # every managed agent inherits the guardian's: the pinned Node and CLIs on PATH, and the
+    # program's home and model API.
     params = StdioServerParameters(command=str(ROOT / ".venv" / "bin" / "tether"), args=["serve"],
-                                   env={**env.tether_env, "PATH": os.environ.get("PATH", "")})
+                                   env={**env.tether_env, "PATH": env.path(), "TERM": "xterm-256color",
+                                        **AGENT_ENV[program](env)})
     print(f"interop: {program} {version} inside Tether", flush=True)
     try:
         async with Client(params) as client:
@@ -717,7 +808,7 @@ async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> 
             t = Tether(client, session, Config.from_env(env.tether_env))
             await INSIDE[program](t, env, rec, project)
     except Exception as exc:  # one program's failure must not hide the others' results
-        report.check(False, f"inside Tether: {type(exc).__name__}: {exc}")
+        report.check(False, f"inside Tether: {_innermost(exc)}")
     if not skip_client:
         print(f"interop: {program} {version} as Tether's MCP client", flush=True)
         try:
@@ -727,12 +818,23 @@ async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> 
     return report
 
 
+def _innermost(exc: BaseException) -> str:
+    """The first real error inside (nested) exception groups, as ``Type: message``."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 def summary(reports: list[Report]) -> str:
     lines = ["", "== scripts/interop summary =="]
     for r in reports:
         lines.append(f"{r.program} {r.version}: {'PASS' if not r.failures else 'FAIL'} "
-                     f"({r.screens} distinct screens{'' if r.saved else ', not saved'})")
-        lines.append("  states met: " + "; ".join(r.states))
+                     f"({r.screens} distinct screens, "
+                     + (f"{r.new} new saved)" if r.saved else "not saved)"))
+        lines.append("  states met (recognition [rule] agent=agent_state/attention): "
+                     + "; ".join(r.states))
+        met = list(dict.fromkeys(r.agent_states))
+        lines.append("  agent states met: " + ", ".join(met))
         for receipt in r.receipts:
             lines.append(f"  receipt: {receipt}")
         for item in r.client:
