@@ -127,6 +127,28 @@ async def test_cancel_waits_for_the_acknowledgement(
     assert idle["code"] == "invalid_state" and idle["data"]["input_sent"] is False
 
 
+async def test_cancel_presses_the_interrupt_as_often_as_the_program_needs(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    """OpenCode's first Escape only arms the interrupt ("esc again to interrupt"); its rule
+    file says ``interrupt_presses = 2`` and cancel presses twice (found with the real CLI)."""
+    session = await initialize(client, workspace)
+    eid = (await launch(client, session, tmp_path / "o.log", "--busy-seconds", "60",
+                        "--interrupt-presses", "2", recognizer="opencode"))["execution_id"]
+    await wait_state(client, session, eid, "idle")
+    await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "work",
+                                  "text": "long job", "timeout_seconds": 0})
+    await wait_state(client, session, eid, "running")
+    done = (await agent(client, session, {"action": "cancel", "target": eid,
+                                          "timeout_seconds": 5}))["data"]
+    assert done["acknowledged"] is True and done["interrupt"] == "Escape"
+    assert done["agent"]["agent_state"] == "idle"
+    screen = (await agent(client, session, {"action": "read", "target": eid,
+                                            "source": "screen"}))["data"]["text"]
+    assert "● Interrupted" in screen
+    await agent(client, session, {"action": "close", "target": eid})
+
+
 async def test_approval_is_attention_and_auto_archive_after_first_turn(
     client: Client, workspace: Path, tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ from tether.guardian.agents.recognize import (
     ScreenView,
     UnknownRecognizerError,
     available_recognizers,
+    default_rule_sets,
     load_rule_dir,
     parse_rule_file,
     pick_recognizer,
@@ -183,6 +184,18 @@ def test_attention_is_checked_when_rules_load(tmp_path: Path) -> None:
         parse_rule_file("x.toml", bad_kind.encode())
     default = bad_kind.replace('attention = "payment"\n', "")
     assert parse_rule_file("x.toml", default.encode()).rules[0].attention == "approval"
+
+
+def test_interrupt_presses_is_checked_when_rules_load() -> None:
+    base = 'name = "x"\n{}[[rule]]\nid = "a"\nstate = "busy"\npriority = 1\ncontains = "z"\n'
+    assert parse_rule_file("x.toml", base.format("").encode()).interrupt_presses == 1
+    assert parse_rule_file("x.toml", base.format("interrupt_presses = 2\n").encode()) \
+        .interrupt_presses == 2
+    for bad in ("0", "4", '"2"', "true"):
+        with pytest.raises(RuleFileError, match="interrupt_presses must be an integer from 1 to 3"):
+            parse_rule_file("x.toml", base.format(f"interrupt_presses = {bad}\n").encode())
+    assert default_rule_sets()["opencode"].interrupt_presses == 2
+    assert default_rule_sets()["claude"].interrupt_presses == 1
 
 
 def test_claude_approval_drawn_in_a_box_is_not_mistaken_for_the_prompt() -> None:

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 #: How many recent events ``agent.get`` returns with the record.
 EVENTS_IN_GET = 100
+#: Between two presses of an interrupt that takes more than one (``interrupt_presses``): time
+#: for the program to read the first on its own, so the two never arrive as one Alt-Escape.
+INTERRUPT_GAP_S = 0.3
 
 
 class AgentLifecycle:
@@ -284,17 +287,25 @@ class AgentLifecycle:
                 {"input_sent": False, "agent_state": record["agent_state"]},
             )
         recognizer = record["agent_recognizer"] or pick_recognizer(record["command"])
-        interrupt = default_rule_sets()[recognizer].interrupt
-        await live.runtime.write(key_bytes(interrupt), timeout_s=5.0)
+        rules = default_rule_sets()[recognizer]
+        interrupt = rules.interrupt
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.timeout_ms / 1000
         baseline = live.activity_seq
+        # Some programs want the interrupt twice (OpenCode: the first Escape only arms it):
+        # the next press goes INTERRUPT_GAP_S after the last, and only while the turn holds.
+        pressed, next_press = 0, loop.time()
         while not live.done.is_set():
             if live.activity_seq != baseline:
                 await live.screen.snapshot_async()
                 decision, _ = recognize_record(record, live)
                 if decision.state == "awaiting_input":
                     break
+            if pressed < rules.interrupt_presses and loop.time() >= next_press:
+                await live.runtime.write(key_bytes(interrupt), timeout_s=5.0)
+                pressed += 1
+                next_press = loop.time() + INTERRUPT_GAP_S
+                continue
             if loop.time() >= deadline:
                 raise TetherError(
                     ErrorCode.CANCEL_NOT_ACKNOWLEDGED,
@@ -303,7 +314,8 @@ class AgentLifecycle:
                     "intact, prompts are refused until it ends). Wait, cancel again, or close it.",
                     {"input_sent": True, "interrupt": interrupt, "agent_state": "running"},
                 )
-            await self.rt.notifier.wait(deadline - loop.time())
+            wake = deadline if pressed >= rules.interrupt_presses else min(deadline, next_press)
+            await self.rt.notifier.wait(wake - loop.time())
         if not live.done.is_set():
             self.apply(self.store.transition(execution_id, "idle", reason="cancel_acknowledged"))
         current = self.store.get(execution_id) or record

@@ -21,7 +21,9 @@ With ``--approval`` a submitted prompt first raises a permission dialog
 (``Do you want to proceed?`` / ``❯ 1. Yes`` / ``2. No``): ``1`` or Enter accepts (then busy as
 above), ``2`` or Escape declines (``● Declined: TEXT``). Escape or Ctrl-C while busy cancels
 (``● Interrupted``) — unless ``--ignore-interrupt``, which stands in for an agent that does
-not acknowledge an interrupt (it keeps working). With ``--run-prompts`` a prompt of the form
+not acknowledge an interrupt (it keeps working); with ``--interrupt-presses 2`` the first
+Escape only arms it (the hint reads ``esc again to interrupt``) and a second within
+``ARMED_SECONDS`` interrupts, as OpenCode does. With ``--run-prompts`` a prompt of the form
 ``run: COMMAND`` runs ``COMMAND`` with ``sh -c`` as the turn's work (the agent is busy until it
 ends), the way an agent runs a tool — which is how tests start a Tether front-end *inside* an
 agent's terminal. Escape sequences (arrows, focus events) are consumed and ignored; inside a
@@ -54,6 +56,7 @@ ESC_WAIT_SECONDS = 0.05  # how long a lone ESC waits for the rest of a sequence
 ESC = "\x1b"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 PASTED_NEWLINE = "pasted-newline"
+ARMED_SECONDS = 3.0  # --interrupt-presses: how long a first Escape keeps the interrupt armed
 
 
 @dataclass
@@ -64,6 +67,8 @@ class Agent:
     busy_seconds: float
     approval: bool
     ignore_interrupt: bool = False
+    interrupt_presses: int = 1
+    presses: list[float] = field(default_factory=list)  # this turn's recent interrupt presses
     run_prompts: bool = False
     mode: Mode = "idle"
     draft: str = ""
@@ -86,8 +91,11 @@ class Agent:
             self._approval_key(key, now)
         elif key in ("escape", "\x03"):
             if self.mode == "busy" and not self.ignore_interrupt:
-                self.mode = "idle"
-                self.transcript.append("● Interrupted")
+                self.presses = [t for t in self.presses if now - t < ARMED_SECONDS] + [now]
+                if len(self.presses) >= self.interrupt_presses:
+                    self.mode = "idle"
+                    self.presses = []
+                    self.transcript.append("● Interrupted")
             elif key == "\x03":
                 self.draft = ""
         elif key in ("\r", "\n") and now - self.last_char_at < self.paste_burst_seconds:
@@ -192,11 +200,13 @@ class Agent:
         if self.mode == "busy":
             frame = SPINNER[int((now - self.busy_started) / FRAME_SECONDS) % len(SPINNER)]
             elapsed = int(now - self.busy_started)
+            armed = [t for t in self.presses if now - t < ARMED_SECONDS]
+            hint = "esc again to interrupt" if armed else "esc to interrupt"
             return [
-                f"{frame} Working… ({elapsed}s · esc to interrupt)",
+                f"{frame} Working… ({elapsed}s · {hint})",
                 "",
                 *box,
-                "  esc to interrupt",
+                f"  {hint}",
             ]
         return ["", "", *box, "  ? for shortcuts"]
 
@@ -296,13 +306,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="an Enter this soon after a typed character is a newline")
     parser.add_argument("--ignore-interrupt", action="store_true",
                         help="keep working on Escape / Ctrl-C (never acknowledge a cancel)")
+    parser.add_argument("--interrupt-presses", type=int, default=1,
+                        help="Escapes it takes to interrupt a turn (OpenCode: 2)")
     parser.add_argument("--run-prompts", action="store_true",
                         help="a prompt 'run: CMD' runs CMD with sh -c as the turn's work")
     args = parser.parse_args(argv)
 
     agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
                   paste_burst_seconds=args.paste_burst_ms / 1000,
-                  ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts)
+                  ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts,
+                  interrupt_presses=args.interrupt_presses)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     resized: list[int] = []

@@ -7,6 +7,8 @@ A rule file is TOML, one per program, named ``<name>.toml``::
     no_match_reason = "no_prompt_seen"   # optional; default "no_rule_matched"
     interrupt = "Escape"                 # optional; the key that interrupts a turn (a
                                          # ``send_keys`` name), default "Ctrl-c"
+    interrupt_presses = 2                # optional, 1..3 (default 1): presses it takes, as
+                                         # OpenCode's "esc again to interrupt" wants two
 
     [[rule]]
     id = "busy_interrupt_hint"           # unique in the file
@@ -55,7 +57,9 @@ LeafKind = Literal["contains", "regex", "line_regex"]
 LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
 NODE_KEYS = frozenset({"all", "any", "not", *LEAF_KINDS, "region", "ignore_case"})
 RULE_KEYS = NODE_KEYS | {"id", "state", "priority", "description", "attention"}
-FILE_KEYS = frozenset({"name", "description", "no_match_reason", "interrupt", "rule"})
+FILE_KEYS = frozenset({"name", "description", "no_match_reason", "interrupt",
+                       "interrupt_presses", "rule"})
+MAX_INTERRUPT_PRESSES = 3
 DEFAULT_INTERRUPT = "Ctrl-c"
 MAX_BOTTOM_ROWS = 1000
 
@@ -102,6 +106,7 @@ class RuleSet:
     no_match_reason: str
     rules: tuple[Rule, ...]
     interrupt: str = DEFAULT_INTERRUPT  # what ``Agent.cancel`` presses (SPEC §8)
+    interrupt_presses: int = 1  # how many times, while the turn holds
 
 
 def default_rules_dir() -> Traversable:
@@ -158,6 +163,7 @@ def parse_rule_file(filename: str, data: bytes) -> RuleSet:
         no_match_reason=_string(filename, None, doc, "no_match_reason") or "no_rule_matched",
         rules=ordered,
         interrupt=_interrupt(filename, doc),
+        interrupt_presses=_interrupt_presses(filename, doc),
     )
 
 
@@ -168,6 +174,15 @@ def _interrupt(filename: str, doc: Mapping[str, object]) -> str:
     except TetherError as exc:
         raise RuleFileError(filename, f"interrupt: {exc.message}") from exc
     return name
+
+
+def _interrupt_presses(filename: str, doc: Mapping[str, object]) -> int:
+    presses = doc.get("interrupt_presses", 1)
+    if isinstance(presses, bool) or not isinstance(presses, int) \
+            or not 1 <= presses <= MAX_INTERRUPT_PRESSES:
+        raise RuleFileError(filename, f"interrupt_presses must be an integer from 1 to "
+                                      f"{MAX_INTERRUPT_PRESSES}, not {presses!r}")
+    return presses
 
 
 def _parse_rule(filename: str, index: int, raw: Mapping[str, object]) -> Rule:
