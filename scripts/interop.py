@@ -3,15 +3,19 @@
 For each of Claude Code, Codex and OpenCode, pinned and installed from the npm registry into
 a cache outside the checkout, against the scripted model APIs of ``interop_models``:
 
-1. *Inside Tether*: the CLI runs in a Tether terminal (``BashCommand`` background command);
-   the driver answers its first-run dialogs, prompts it once through ``Agent.prompt`` and
-   checks the receipt (and that the model saw the prompt exactly once, and a repeat typed
-   nothing), has it ask for approval and denies it (the file it wanted to create must not
-   exist), cancels a slow turn, and exits it. At every checkpoint the screen is labelled by
-   what the driver did (ground truth, from the screen text), recognition is compared with the
-   label, and the screen is saved as a fixture: ``tests/fixtures/agents/<program>-<version>/
-   NN_name.ansi`` (every byte the program wrote, from its start) with ``NN_name.json`` (the
-   expected state, attention and rule) and ``NN_name.txt`` (the screen, for review).
+1. *Inside Tether*: the CLI runs as a managed agent (``Agent.launch`` with its provider's own
+   command line; the guardian, and so the agent, inherits the program's environment from the
+   driver's ``tether serve``). The driver answers its first-run dialogs, prompts it once
+   through ``Agent.prompt`` and checks the receipt (and that the model saw the prompt exactly
+   once, and a repeat typed nothing), has it ask for approval and denies it (the file it
+   wanted to create must not exist), cancels a slow turn with ``Agent.cancel`` (which must be
+   acknowledged), and exits it or closes it with ``Agent.close`` (no process may keep its environment
+   stamp). At every checkpoint the screen is labelled by what the driver did (ground truth,
+   from the screen text), recognition is compared with the label, the agent's state
+   (``Agent.get``) must follow the recognition, and a screen not yet among the fixtures is
+   saved: ``tests/fixtures/agents/<program>-<version>/NN_name.ansi`` (every byte the program
+   wrote, from its start) with ``NN_name.json`` (the expected state, attention and rule) and
+   ``NN_name.txt`` (the screen, for review).
 2. *As Tether's MCP client*: ``claude -p --mcp-config``, ``codex exec`` and ``opencode run``
    with Tether configured as an MCP server; the scripted model makes the client call
    ``Initialize`` and a ``BashCommand`` and checks the output came back. The tool schemas the
