@@ -25,12 +25,12 @@ from tether.frontend.schemas import CommandAction, SendKeysAction, SendTextActio
 from tether.frontend.shell_policy import Violation, check_command, denied
 from tether.frontend.tools.base import Session
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import MODE_RPC_TIMEOUT_S
 from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.protocol.results import ThreadModeResult
 from tether.protocol.versions import Capability
 
 T = TypeVar("T")
-RPC_TIMEOUT_S = 5.0
 #: Longer command lines are parsed in a worker thread so other calls are not held up.
 PARSE_INLINE_CHARS = 4096
 
@@ -61,7 +61,7 @@ async def thread_mode(session: Session, root: str, scope: dict[str, Any], *,
     if known is not None and known.name == "wcgw":
         return known, root  # nothing to check, so no cwd needed; the guardian verifies
     reply: ThreadModeResult = await session.locator.call(root, "thread.mode", scope,
-                                                         timeout_s=RPC_TIMEOUT_S)
+                                                         timeout_s=MODE_RPC_TIMEOUT_S)
     mode = ModeSpec.model_validate(reply.mode.wire())
     session.modes.remember(key, mode)
     return mode, reply.cwd
@@ -73,7 +73,7 @@ async def set_thread_mode(
     """Store ``mode`` on the thread; ``capability_missing`` on a guardian without modes."""
     reply: ThreadModeResult = await session.locator.call(
         root, "thread.set_mode", {**scope, "mode": mode.model_dump(mode="json")},
-        timeout_s=RPC_TIMEOUT_S,
+        timeout_s=MODE_RPC_TIMEOUT_S,
     )
     stored = ModeSpec.model_validate(reply.mode.wire())
     session.modes.remember(_key(session, root, scope), stored)

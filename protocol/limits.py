@@ -77,6 +77,11 @@ MAX_STREAM_LINGER_MS = 100
 
 #: Time an RPC may take beyond the wait it asked for (delivery, rendering, transport).
 RPC_SLACK_S = 10.0
+#: A bookkeeping RPC with no wait of its own (reading or setting a thread's mode).
+MODE_RPC_TIMEOUT_S = 5.0
+
+#: Entries in a code_writer mode's allowed_commands or allowed_globs.
+MAX_MODE_ENTRIES = 256
 
 # -- retention (SPEC R17) --------------------------------------------------------------------
 

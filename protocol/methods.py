@@ -40,6 +40,7 @@ from tether.protocol.limits import (
     MAX_LABEL_VALUE,
     MAX_LABELS,
     MAX_LIST_LIMIT,
+    MAX_MODE_ENTRIES,
     MAX_NOTIFICATION_WAIT_MS,
     MAX_NOTIFICATIONS,
     MAX_OBSERVE_WAIT_MS,
@@ -249,7 +250,6 @@ class PersonInputParams(WorkspaceScoped):
     idempotency_key: IdempotencyKey
 
 
-MAX_MODE_ENTRIES = 256
 ModeName = Literal["wcgw", "architect", "code_writer"]
 CommandName = Annotated[str, Field(min_length=1, max_length=256)]
 WriteGlob = Annotated[str, Field(min_length=1, max_length=MAX_PATH)]
