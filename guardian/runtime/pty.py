@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import termios
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,11 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 256 * 1024
 #: Most bytes one reader wake-up takes before it lets the loop run something else.
 READ_BURST = 1024 * 1024
+#: Most time one reader wake-up spends reading. A PTY hands over a few kilobytes per read and
+#: each read lets the writer run again, so a full burst can take tens of milliseconds on a
+#: busy machine: past this budget the rest waits for the next wake-up (a loop iteration later),
+#: and requests queued meanwhile are answered first (the event loop never stalls, SPEC §11).
+READ_BUDGET_S = 0.002
 #: After the runtime's process exits, how long other holders of the terminal (children it
 #: left behind) may keep writing before the exit is reported and the terminal closed.
 DRAIN_BOUND_S = 1.0
@@ -145,9 +151,9 @@ class PtyRuntime:
         """Read what the PTY has now; returns False once the PTY is closed (EOF/EIO).
 
         A PTY hands over at most a few kilobytes per read (the line discipline's buffer), so
-        one wake-up reads on until the PTY is empty or :data:`READ_BURST` bytes are in, and
-        passes them on at once: one journal write and one screen feed per burst instead of
-        per 4 KB, and one event-loop round trip less per read.
+        one wake-up reads on until the PTY is empty, :data:`READ_BURST` bytes are in or
+        :data:`READ_BUDGET_S` is spent, and passes them on at once: one journal write and one
+        screen feed per burst instead of per 4 KB, and one event-loop round trip less per read.
         """
         proc = self._proc
         if proc is None or proc.fd < 0:
@@ -155,7 +161,9 @@ class PtyRuntime:
         chunks: list[bytes] = []
         total = 0
         closed = False
-        while total < READ_BURST:
+        clock = time.perf_counter
+        until = clock() + READ_BUDGET_S
+        while total < READ_BURST and clock() < until:
             try:
                 data = os.read(proc.fd, READ_CHUNK)
             except BlockingIOError:

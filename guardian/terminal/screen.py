@@ -44,9 +44,9 @@ _QUERY_PREFIX = re.compile(rb"\x1b(?:\[[>0-9;:]{0,64})?")
 _QUERY_PREFIX_MAX = 2 + 64
 
 #: Bytes handed to the parser between two chances to yield: about 1-3 ms of emulation.
-_PIECE = 8192
+_PIECE = 4096
 #: Time one slice of a job may hold the event loop before it yields.
-SLICE_S = 0.004
+SLICE_S = 0.002
 #: Pending bytes that are still emulated synchronously (a query's reply, a snapshot).
 SYNC_MAX = 64 * 1024
 
