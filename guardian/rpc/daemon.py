@@ -157,7 +157,7 @@ class Guardian:
         socket_task.cancel()
         # Answer in-flight requests that are about to finish, then stop listening.
         self._withdraw()
-        await service.agents.shutdown()
+        await service.shutdown_agents()
         await runtime.shutdown()
         serve_task.cancel()
         await asyncio.gather(serve_task, idle_task, socket_task, return_exceptions=True)

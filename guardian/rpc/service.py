@@ -12,11 +12,10 @@ import hmac
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from tether.guardian.agents.lifecycle import AgentLifecycle
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
 from tether.guardian.history.inspection import Inspector
@@ -54,6 +53,9 @@ from tether.protocol.results import (
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
 from tether.shared.storage import storage_unavailable
+
+if TYPE_CHECKING:
+    from tether.guardian.agents.lifecycle import AgentLifecycle
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +119,43 @@ class GuardianService:
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
         modes = self._modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
-        self.agents = AgentLifecycle(runtime=rt, prompts=desk, ledger=self._ledger,
-                                     instance_id=instance_id)
-        for side in (inspector, history, turns, desk, person, modes, self.agents):
+        for side in (inspector, history, turns, desk, person, modes):
             self._handlers.update(side.handlers())
-        missing = set(METHODS) - set(self._handlers)
-        assert not missing, f"methods without handlers: {missing}"
+        # The agent lifecycle (and the modules behind it, about 0.4 MB resident; SPEC §11
+        # idle RSS) is built on the first method that needs it: a guardian that only runs
+        # commands never loads it. Every method left is the lifecycle's.
+        self._desk = desk
+        self._agents: AgentLifecycle | None = None
+        for method in set(METHODS) - set(self._handlers):
+            self._handlers[method] = self._agent_method(method)
+
+    @property
+    def agents(self) -> AgentLifecycle:
+        """The agent lifecycle, built on first use."""
+        if self._agents is None:
+            from tether.guardian.agents.lifecycle import AgentLifecycle
+
+            lifecycle = AgentLifecycle(runtime=self._rt, prompts=self._desk, ledger=self._ledger,
+                                       instance_id=self.instance_id)
+            handlers = lifecycle.handlers()
+            missing = {m for m, h in self._handlers.items() if getattr(h, "agent_method", False)}
+            assert missing <= set(handlers), f"methods without handlers: {missing - set(handlers)}"
+            self._handlers.update(handlers)
+            self._agents = lifecycle
+        return self._agents
+
+    async def shutdown_agents(self) -> None:
+        """Guardian stopping: end live agents (none if the lifecycle was never built)."""
+        if self._agents is not None:
+            await self._agents.shutdown()
+
+    def _agent_method(self, method: str) -> Handler:
+        async def handle(request: Request, params: Any) -> Result:
+            result: Result = await self.agents.handlers()[method](request, params)
+            return result
+
+        handle.agent_method = True  # type: ignore[attr-defined]
+        return handle
 
     # -- the socket entry point ------------------------------------------------------------
 
