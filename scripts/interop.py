@@ -202,6 +202,17 @@ def replay(raw: bytes) -> tuple[str, str]:
 # -- checkpoints: label, compare, save ------------------------------------------------------
 
 
+_RUN_STAMP = re.compile(r"runs/\d{8}-\d{6}")
+_NUMBERS = re.compile(r"\d+")
+
+
+def screen_key(text: str) -> str:
+    """What makes a screen new: its text without what changes from run to run by itself —
+    the run directory's time stamp in paths, counters, timers, ids' digits."""
+    text = _RUN_STAMP.sub("runs/*", text)
+    return "\n".join(_NUMBERS.sub("0", line).rstrip() for line in text.splitlines())
+
+
 @dataclass
 class Recorder:
     report: Report
@@ -216,7 +227,7 @@ class Recorder:
         if self.out_dir is None:
             return
         for txt in self.out_dir.glob("*.txt"):
-            self.saved_texts.add(txt.read_text().removesuffix("\n"))
+            self.saved_texts.add(screen_key(txt.read_text().removesuffix("\n")))
             with contextlib.suppress(ValueError):
                 self.count = max(self.count, int(txt.name.split("_", 1)[0]))
 
@@ -226,8 +237,9 @@ class Recorder:
             return
         self.seen_texts.add(text)
         self.report.screens += 1
-        if self.out_dir is None or text in self.saved_texts:
+        if self.out_dir is None or screen_key(text) in self.saved_texts:
             return
+        self.saved_texts.add(screen_key(text))
         self.count += 1
         self.report.new += 1
         stem = self.out_dir / f"{self.count:02d}_{name}"
