@@ -203,14 +203,18 @@ def replay(raw: bytes) -> tuple[str, str]:
 
 
 _RUN_STAMP = re.compile(r"runs/\d{8}-\d{6}")
+_IDS = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\bses_\w+")
+# Claude Code's turn summary picks a random verb ("✻ Baked for 3s", "✻ Sautéed for 1m 2s").
+_SPINNER_VERB = re.compile(r"^(\W*)\w+( for \d)")
 _NUMBERS = re.compile(r"\d+")
 
 
 def screen_key(text: str) -> str:
     """What makes a screen new: its text without what changes from run to run by itself —
-    the run directory's time stamp in paths, counters, timers, ids' digits."""
-    text = _RUN_STAMP.sub("runs/*", text)
-    return "\n".join(_NUMBERS.sub("0", line).rstrip() for line in text.splitlines())
+    the run directory's time stamp in paths, session ids, counters, timers, spinner verbs."""
+    text = _IDS.sub("<id>", _RUN_STAMP.sub("runs/*", text))
+    return "\n".join(_NUMBERS.sub("0", _SPINNER_VERB.sub(r"\1<verb>\2", line)).rstrip()
+                     for line in text.splitlines())
 
 
 @dataclass
