@@ -31,8 +31,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import bashlex  # type: ignore[import-untyped]
-
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 
@@ -106,6 +104,10 @@ def violations_of(mode: ModeSpec, command: str, *, cwd: str, workspace_root: str
     """Every rule ``command`` breaks under ``mode`` (empty: it may run)."""
     if mode.name == "wcgw":
         return []
+    # Imported here: bashlex builds its parse tables on import (~0.1 s), and only restricted
+    # modes need it, so a wcgw front-end starts without paying for it.
+    import bashlex  # type: ignore[import-untyped]
+
     checker = _Checker(mode, command, cwd=cwd, workspace_root=workspace_root)
     try:
         for tree in bashlex.parse(command):
