@@ -113,7 +113,8 @@ def violations_of(mode: ModeSpec, command: str, *, cwd: str, workspace_root: str
         for tree in bashlex.parse(command):
             checker.visit(tree)
         checker.finish()
-    except Exception as exc:  # bashlex raises several types (ParsingError, NotImplementedError, ...)
+    except Exception as exc:  # bashlex raises several types: its ParsingError, and others for
+        # constructs its grammar does not cover; a restricted mode refuses all of them alike.
         return [Violation(command, "unparsable",
                           f"the shell parser cannot read this ({_first_line(exc)}); a restricted "
                           "mode runs only what it can check")]

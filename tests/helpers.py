@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -122,3 +122,22 @@ def start_guardian(workspace: Path, config: Config, protocol: str | None = None)
                      start_new_session=True)
     return poll(lambda: (info := read_info(paths)) and info != old and info,
                 what="guardian.json of a new guardian")
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted on ``mount`` with ``options`` (e.g. ``size=64k``), unmounted after.
+
+    Skips the test where it cannot be mounted: that needs root, and CI runs as root.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        # Lazy: a guardian may still hold files open until its own teardown.
+        subprocess.run(["umount", "-l", str(mount)], check=False)

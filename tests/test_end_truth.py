@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.helpers import poll, processes_with_env
+from tests.helpers import poll, processes_with_env, small_tmpfs
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, read_pages, run
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
@@ -116,19 +115,10 @@ async def test_forged_cwd_marker_changes_no_cwd(client: Client, workspace: Path)
 @pytest.fixture
 def small_state_disk(tether_env: Config) -> Iterator[Path]:
     """TETHER_HOME on an 8 MiB tmpfs (needs root; CI runs as root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs for TETHER_HOME needs root (CI runs as root)")
     home = tether_env.state_home
     home.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs",
-                              str(home)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield home
-    finally:
-        # Lazy: the guardian may still hold files open until the tether_env teardown.
-        subprocess.run(["umount", "-l", str(home)], check=False)
+    with small_tmpfs(home, "size=8m,mode=0700") as mount:
+        yield mount
 
 
 def _fill(directory: Path) -> Path:

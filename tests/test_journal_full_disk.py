@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import small_tmpfs
 from tether.guardian.history.journal import Journal
 from tether.shared.segments import journal_figures
 
@@ -19,18 +20,10 @@ KIB = 1024
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs (needs root; CI runs as root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    with small_tmpfs(mount, "size=64k") as disk:
+        yield disk
 
 
 def _grow(mount: Path) -> None:
