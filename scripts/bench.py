@@ -489,36 +489,61 @@ def write_fullscreen(path: Path, megabytes: int, rows: int = 40, cols: int = 120
     return last
 
 
+#: The pinger of the full-screen bench, in a process of its own: a ping that shared the bench
+#: client's event loop would also measure that loop (busy parsing Execution.get replies).
+PINGER = """
+import asyncio, json, sys, time
+from tether.protocol.transport import GuardianClient
+from tether.protocol.versions import Version
+
+async def main():
+    spec = json.loads(sys.argv[1])
+    client = GuardianClient(spec["endpoint"], spec["auth"], version=Version.parse(spec["version"]),
+                            instance_id=spec["instance_id"])
+    hello = {"client_min": [1, 0], "client_max": [1, 9]}
+    for _ in range(20):  # warm the connection
+        await client.call("hello", hello, timeout_s=5)
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_reader(sys.stdin.fileno(), stop.set)  # the bench closes our stdin to stop us
+    pings = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await client.call("hello", hello, timeout_s=60)
+        pings.append(time.perf_counter() - t0)
+        await asyncio.sleep(0.005)
+    print(json.dumps(pings), flush=True)
+    client.close()
+
+asyncio.run(main())
+"""
+
+
 async def fullscreen_ingest(workspace: Path, path: Path, last_row: str) -> dict[str, Any]:
     """While a program draws ``path`` (full-screen frames) as fast as it can: the worst
     ``hello`` round trip (an upper bound of the guardian's event-loop stalls, seen by a client
-    pinging every 5 ms), ``Execution.get`` latencies, the ingest rate, and the screen after."""
+    process pinging every 5 ms), ``Execution.get`` latencies, the ingest rate, and the screen
+    after."""
     from tether.frontend.guardians import GuardianLocator
 
     size = path.stat().st_size
     locator = GuardianLocator(Config.from_env())
-    pings: list[float] = []
     gets: list[float] = []
-    done = asyncio.Event()
     async with Client(build_server(Config.from_env())) as client:
         session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         handle = await locator.handle(session["workspace_root"])
-        hello = {"client_min": [1, 0], "client_max": [1, 9]}
-
-        async def pinger() -> None:
-            while not done.is_set():
-                t0 = time.perf_counter()
-                await handle.client.call("hello", hello, timeout_s=60)
-                pings.append(time.perf_counter() - t0)
-                await asyncio.sleep(0.005)
-
-        await _roundtrips(lambda: handle.client.call("hello", hello, timeout_s=5), 20)
-        ping_task = asyncio.create_task(pinger())
-        start = time.perf_counter()
-        eid = await _background(client, scope, f"cat {path}; sleep 120")
-        get = {**scope, "action": {"type": "get", "execution_id": eid}}
+        spec = {"endpoint": handle.client.endpoint, "auth": handle.client.auth,
+                "version": str(handle.version), "instance_id": handle.instance_id}
+        pinger = subprocess.Popen([sys.executable, "-c", PINGER, json.dumps(spec)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
+            assert pinger.stdout is not None and pinger.stdin is not None
+            assert pinger.stdout.readline().strip() == "ready"
+            start = time.perf_counter()
+            eid = await _background(client, scope, f"cat {path}; sleep 120")
+            get = {**scope, "action": {"type": "get", "execution_id": eid}}
             while True:
                 t0 = time.perf_counter()
                 got = await client.call_tool("Execution", get)
@@ -528,9 +553,11 @@ async def fullscreen_ingest(workspace: Path, path: Path, last_row: str) -> dict[
                     break
                 await asyncio.sleep(0.02)
             elapsed = time.perf_counter() - start
+            pinger.stdin.close()
+            pings: list[float] = json.loads(pinger.stdout.readline())
         finally:
-            done.set()
-            await ping_task
+            pinger.kill()
+            pinger.wait(timeout=10)
         t0 = time.perf_counter()
         screen = await client.call_tool("BashCommand", {**scope, "action_json": {
             "type": "screen", "execution_id": eid}})
