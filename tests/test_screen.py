@@ -559,3 +559,39 @@ def test_a_query_behind_a_running_job_is_answered_in_order() -> None:
 
     asyncio.run(main())
     assert replies == reference_replies == [b"\x1b[7;9R", b"\x1b[2;3R"]
+
+
+def test_after_full_screen_output_the_backlog_stays_small() -> None:
+    """Once a job met output that is not plain text, emulation keeps up from busy_at on (and
+    pauses the reader there), so a screen request after a flood has little left to draw."""
+    data = _frames(120)  # about 700 kB of cursor-addressed frames
+    reference = VTParser(HardenedScreen(120, 40))
+    reference.feed(data)
+
+    async def main() -> tuple[list[bool], int, int, ScreenSnapshot]:
+        flows: list[bool] = []
+        screen = TerminalScreen(120, 40, flow=flows.append)
+        screen.busy_at = 100_000
+        screen.feed(data[:20_000])
+        await screen.snapshot_async()  # one job over full-screen output
+        backlog = backlog_plain = 0
+        for start in range(20_000, len(data), 32 * 1024):
+            while flows and flows[-1] is False:  # as the PTY reader does: paused, no reads
+                await asyncio.sleep(0)
+            screen.feed(data[start : start + 32 * 1024])
+            backlog = max(backlog, screen.backlog)
+            await asyncio.sleep(0)
+        left = screen.backlog
+        plain = TerminalScreen(120, 40)  # never met full-screen output: lazy up to compact_at
+        for start in range(0, len(data), 32 * 1024):
+            plain.feed(data[start : start + 32 * 1024])
+            backlog_plain = max(backlog_plain, plain.backlog)
+            await asyncio.sleep(0)
+        assert backlog_plain == len(data)
+        return flows, backlog, left, await screen.snapshot_async()
+
+    flows, backlog, left, snap = asyncio.run(main())
+    assert backlog < 100_000 + 2 * 32 * 1024 + TerminalScreen.job_bytes
+    assert left < 2 * (100_000 + 32 * 1024)  # the pending bytes and the running job
+    assert flows and flows[0] is False and flows[-1] is True
+    assert snap == snapshot_of(reference.screen)

@@ -10,7 +10,10 @@ Two things force emulation earlier:
 - a query the program waits on (``ESC[6n``, ``ESC[c``, ``ESC[>c``, ``ESC[5n``): the reply must
   come out with the cursor as it is at the query;
 - the pending buffer growing past :attr:`TerminalScreen.compact_at` bytes: it is emulated
-  (with the skip rules) so memory stays bounded.
+  (with the skip rules) so memory stays bounded. Once a job has found output that is not
+  plain text (a full-screen program), the mark is :attr:`TerminalScreen.busy_at` instead, far
+  lower: such output costs full emulation anyway, and a small backlog keeps a screen request
+  after a flood quick (an 8 MiB backlog is seconds of emulation) and appends cheap.
 
 The guardian's event loop must never stall on emulation, which runs at only a few MB/s for
 output that no skip rule applies to (a full-screen program redrawing with cursor moves).
@@ -77,6 +80,9 @@ class TerminalScreen:
 
     #: Pending bytes beyond which emulation starts (with skipping) to bound memory.
     compact_at = 8 << 20
+    #: The same mark while the output is not plain text (the last job was not): about 50 ms
+    #: of full-screen emulation.
+    busy_at = 256 << 10
     #: Granularity of the search for long line runs (see :mod:`guardian.screen_skip`).
     skip_block = 8192
     #: Most bytes one job takes: bounds each job's skip searches (C-speed scans, but over
@@ -114,6 +120,7 @@ class TerminalScreen:
         self._last: ScreenSnapshot | None = None
         self._job_size = self.job_bytes  # grows while jobs are plain text (see job_bytes)
         self._plain = False  # the current job was one plain-text run
+        self._busy = False  # the last job was not plain text: the pending mark is busy_at
 
     @property
     def bytes_fed(self) -> int:
@@ -144,7 +151,7 @@ class TerminalScreen:
             self._protect = at if self._protect is None else min(self._protect, at)
             if not self._defer():
                 self._catch_up()
-        elif len(self._pending) > self.compact_at:
+        elif len(self._pending) > self._high_mark():
             if not self._defer():
                 self._catch_up()
             elif not self._paused and self.flow is not None:
@@ -254,6 +261,7 @@ class TerminalScreen:
         self._job = None
         self._job_size = (min(self._job_size * 2, max(self.compact_at, self.job_bytes))
                           if self._plain else self.job_bytes)
+        self._busy = not self._plain
         self._emulated = self._job_end
         replies, self._replies[:] = self._replies[:], []
         if self._respond is not None:
@@ -277,8 +285,12 @@ class TerminalScreen:
         return bool(
             self._job is not None
             or (self._pending and (self._waiters or self._protect is not None
-                                   or len(self._pending) > self.compact_at))
+                                   or len(self._pending) > self._high_mark()))
         )
+
+    def _high_mark(self) -> int:
+        """Pending bytes beyond which emulation starts: see :attr:`compact_at`, :attr:`busy_at`."""
+        return min(self.busy_at, self.compact_at) if self._busy else self.compact_at
 
     async def _drive(self) -> None:
         """Run catch-up jobs in slices of about :data:`SLICE_S`, yielding in between."""
@@ -332,11 +344,12 @@ class TerminalScreen:
         """Feed ``data[start:end]`` to the parser, jumping over the middle of long line runs.
 
         Plain text (the common bulk: logs, ``cat``) is one run, recognised in one cheap
-        pass. Anything else is searched for runs one window of 32 blocks at a time (ending
+        pass. Anything else is searched for runs one window of 8 blocks at a time (ending
         after a line feed where one is near), with a chance to yield after each: the search
-        costs about 10 ms per megabyte of full-screen output.
+        costs about 10 ms per megabyte of full-screen output, so a window of 8 blocks holds
+        the loop under a millisecond.
         """
-        window = 32 * self.skip_block
+        window = 8 * self.skip_block
         if end - start <= 2 * window:
             yield from self._emulate_runs(data, start, end,
                                           skip.line_runs(data, start, end, self.skip_block))
