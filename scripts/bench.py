@@ -231,7 +231,8 @@ async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
         text = screen.structured_content["data"]["screen"]["text"]
         await client.call_tool("BashCommand", {**scope, "action_json": {
             "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": eid}, "wait_for_seconds": 0})
-    return path.stat().st_size / elapsed / 1e6, screen_ms, text.rstrip().endswith(last_line), len(text)
+    # PTY bytes, as the raw read counts them (the terminal adds a CR to every LF).
+    return size_on_pty / elapsed / 1e6, screen_ms, text.rstrip().endswith(last_line), len(text)
 
 
 PACED_WRITER = """
