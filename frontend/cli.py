@@ -83,10 +83,10 @@ def _serve_stdio(caller: Caller) -> int:
                 group.start_soon(serve_then_stop)
                 async for signum in signals:
                     logging.getLogger(__name__).info("stopping on %s", signal.Signals(signum).name)
-                    # stdin is read by a worker thread blocked in read(), which no cancel can
-                    # interrupt: waiting for it would keep us alive until the client closes
-                    # stdin. Nothing here needs an orderly stop (terminals live in the
-                    # guardian), so leave now.
+                    # When stdin is not a pipe or socket it is read by a worker thread blocked
+                    # in read(), which no cancel can interrupt: waiting for it would keep us
+                    # alive until the client closes stdin. Nothing here needs an orderly stop
+                    # (terminals live in the guardian), so leave now.
                     logging.shutdown()
                     with contextlib.suppress(OSError, ValueError):
                         sys.stdout.flush()

@@ -1,0 +1,193 @@
+"""``tether serve``'s stdio transport on each kind of stdin/stdout: pipes and sockets are
+driven from the event loop without changing the flags of a description the parent shares,
+anything else (a regular file) goes through worker threads; replies that do not fit the pipe
+wait in order and arrive whole."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from tests.conftest import stdio_params
+from tests.helpers import poll
+from tether.shared.config import Config
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "transport-test", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+LOOP = "stdio on the event loop"
+F_GETPIPE_SZ = 1032
+PIPE_BYTES = 65536
+THREADS = "stdio in worker threads"
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def _ping(rid: int) -> bytes:
+    return _line({"jsonrpc": "2.0", "id": rid, "method": "ping"})
+
+
+def _spawn(stdin: Any, stdout: Any, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    params = stdio_params()
+    return subprocess.Popen([params.command, *params.args, "--log-level", "DEBUG"],
+                            stdin=stdin, stdout=stdout, stderr=log)
+
+
+def _nonblocking(fd: int) -> bool:
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK)
+
+
+class Lines:
+    """Replies read from a descriptor, one JSON object per line."""
+
+    def __init__(self, read: Any) -> None:
+        self._read = read
+        self._buffer = b""
+
+    def next(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = self._read(65536)
+            assert chunk, "tether serve closed its stdout"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+
+@pytest.fixture
+def stderr_log(tmp_path: Path) -> Iterator[tuple[Path, IO[bytes]]]:
+    path = tmp_path / "serve.log"
+    with path.open("wb") as fh:
+        yield path, fh
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    try:
+        return proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_pipes_run_on_the_loop_without_touching_shared_descriptions(
+    tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
+) -> None:
+    log_path, log = stderr_log
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    # The parent keeps the very descriptions the child serves on (as a shell passing its
+    # own stdin and stdout through would): their flags must not change under it.
+    proc = _spawn(in_r, out_w, log)
+    try:
+        os.write(in_w, _line(INITIALIZE) + _line(INITIALIZED) + _ping(1))
+        replies = Lines(lambda n: os.read(out_r, n))
+        assert "result" in replies.next()
+        assert replies.next() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        assert not _nonblocking(in_r) and not _nonblocking(out_w)
+    finally:
+        for fd in (in_w, in_r, out_w):
+            os.close(fd)
+        status = _stop(proc)
+        os.close(out_r)
+    assert status == 0  # end of stdin ends the session
+    assert LOOP in log_path.read_text()
+
+
+def test_a_socketpair_runs_on_the_loop_with_its_flags_unchanged(
+    tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
+) -> None:
+    log_path, log = stderr_log
+    ours, theirs = socket.socketpair()  # how libuv (Node clients) hands out stdio
+    proc = _spawn(theirs.fileno(), theirs.fileno(), log)
+    try:
+        ours.sendall(_line(INITIALIZE) + _line(INITIALIZED) + _ping(7))
+        replies = Lines(ours.recv)
+        assert "result" in replies.next()
+        assert replies.next()["id"] == 7
+        assert not _nonblocking(theirs.fileno())
+        ours.shutdown(socket.SHUT_WR)
+        assert _stop(proc) == 0
+    finally:
+        theirs.close()
+        ours.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert LOOP in log_path.read_text()
+
+
+def test_a_regular_file_goes_through_worker_threads(
+    tether_env: Config, stderr_log: tuple[Path, IO[bytes]], tmp_path: Path
+) -> None:
+    log_path, log = stderr_log
+    out_path = tmp_path / "replies.jsonl"
+    in_r, in_w = os.pipe()
+    with out_path.open("wb") as out:
+        proc = _spawn(in_r, out, log)
+    os.close(in_r)
+    try:
+        os.write(in_w, _line(INITIALIZE) + _line(INITIALIZED) + _ping(3) + b"{oops\n")
+
+        def replied() -> list[dict[str, Any]] | None:
+            lines = out_path.read_bytes().splitlines()
+            return [json.loads(line) for line in lines] if len(lines) >= 3 else None
+
+        replies = poll(replied, what="three replies in the output file")
+    finally:
+        os.close(in_w)
+        status = _stop(proc)
+    assert status == 0
+    assert {"jsonrpc": "2.0", "id": 3, "result": {}} in replies
+    assert any(r.get("error", {}).get("code") == -32700 for r in replies)
+    assert THREADS in log_path.read_text()
+
+
+def test_replies_that_do_not_fit_the_pipe_wait_in_order(
+    tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
+) -> None:
+    log_path, log = stderr_log
+    proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+    assert fcntl.fcntl(stdout.fileno(), F_GETPIPE_SZ) == PIPE_BYTES
+    stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
+    stdin.flush()
+    replies = Lines(stdout.read1)
+    assert "result" in replies.next()
+    # Each reply echoes a 100 KB id, more than the pipe holds: every one is written in parts,
+    # after queueing behind the one before it. Small pings in between must not overtake.
+    big = [f"{n}-" + "x" * 100_000 for n in range(4)]
+    requests = []
+    for n, rid in enumerate(big):
+        requests += [_line({"jsonrpc": "2.0", "id": rid, "method": "ping"}), _ping(n)]
+
+    def send_all() -> None:
+        # Nothing is read meanwhile: the server's stdout fills up and its replies queue.
+        stdin.write(b"".join(requests))
+        stdin.flush()
+
+    writer = threading.Thread(target=send_all)
+    writer.start()
+    try:
+        writer.join(timeout=30)
+        assert not writer.is_alive(), "tether serve stopped reading its stdin"
+        ids = [replies.next()["id"] for _ in range(2 * len(big))]
+    finally:
+        stdin.close()
+        status = _stop(proc)
+    assert ids == [rid for n, big_id in enumerate(big) for rid in (big_id, n)]
+    assert status == 0
+    assert LOOP in log_path.read_text()
