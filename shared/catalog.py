@@ -149,6 +149,12 @@ AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("turn_seq", "INTEGER NOT NULL DEFAULT 0"),
 )
 
+#: Every column of ``executions`` (names checked before they enter a query's text).
+_COLUMN_NAMES = frozenset(
+    line.split()[0] for line in _SCHEMA.split("CREATE TABLE IF NOT EXISTS executions (")[1]
+    .split(");")[0].strip().splitlines()
+) | {name for name, _ in AGENT_COLUMNS}
+
 #: Columns stored as JSON text and decoded into Python values on read.
 _JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery", "argv")
 _BOOL_COLUMNS = ("output_pending", "auto_archive", "notify_on_finish")
@@ -164,6 +170,19 @@ def _decode_row(row: sqlite3.Row) -> dict[str, Any]:
         if column in record:
             record[column] = bool(record[column])
     return record
+
+
+def _as_read(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` as a read returns them once written (JSON columns round-tripped,
+    boolean columns as booleans): what :func:`_decode_row` gives for the stored row."""
+    out = dict(fields)
+    for column in _JSON_COLUMNS:
+        if out.get(column) is not None:
+            out[column] = json.loads(_encode_value(column, out[column]))
+    for column in _BOOL_COLUMNS:
+        if column in out:
+            out[column] = bool(out[column])
+    return out
 
 
 def _encode_value(column: str, value: Any) -> Any:
@@ -257,8 +276,10 @@ class Catalog:
             self._db.execute("COMMIT")
 
     def _bump(self) -> int:
-        self._db.execute("UPDATE meta SET value = value + 1 WHERE key = 'change_seq'")
-        return self.change_seq()
+        row = self._db.execute(
+            "UPDATE meta SET value = value + 1 WHERE key = 'change_seq' RETURNING value"
+        ).fetchone()
+        return int(row[0])
 
     def change_seq(self) -> int:
         """The catalog-wide change counter (the ``catalog_cursor`` of Execution)."""
@@ -302,8 +323,12 @@ class Catalog:
 
     # -- executions ----------------------------------------------------------------------
 
-    def insert_execution(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Insert a new record; stamps ``observed_at_unix_ms`` and ``change_seq``."""
+    def insert_execution(self, record: dict[str, Any]) -> None:
+        """Insert a new record; stamps ``observed_at_unix_ms`` and ``change_seq``.
+
+        Returns nothing: the caller has the fields, and reading the row back cost a command
+        a query and a decode on its way to the terminal.
+        """
         with self.transaction():
             fields = dict(record)
             fields["observed_at_unix_ms"] = self.clock.now_ms()
@@ -314,22 +339,27 @@ class Catalog:
                 f"INSERT INTO executions ({columns}) VALUES ({marks})",
                 [_encode_value(k, v) for k, v in fields.items()],
             )
-        inserted = self.get_execution(record["execution_id"])
-        assert inserted is not None
-        return inserted
 
     def update_execution_or_keep(self, execution_id: str, **fields: Any) -> bool:
         """:meth:`update_execution` that survives a failing disk: when the write fails, the
         fields are kept in memory, every read of this catalog object shows them, and
         :meth:`write_kept` writes them later. Returns whether they are on disk now."""
+        return self.write_execution_or_keep(execution_id, **fields)[0]
+
+    def write_execution_or_keep(
+        self, execution_id: str, **fields: Any
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """:meth:`update_execution_or_keep`, also returning the whole record as written
+        (None when the write was kept for later, or there is no such record): an end
+        reported right after it is written needs no read of its own."""
         merged = {**self._kept.pop(execution_id, {}), **fields}
         try:
-            self.update_execution(execution_id, **merged)
+            current = self._write_execution(execution_id, merged, whole=True)
         except (sqlite3.Error, OSError) as exc:
             self._kept[execution_id] = merged
             self.storage_error = exc
-            return False
-        return True
+            return False, None
+        return True, None if current is None else self._overlay(current)
 
     def write_kept(self) -> bool:
         """Try to write every kept update; True when none is left."""
@@ -354,8 +384,20 @@ class Catalog:
         When no field differs from what is stored, nothing is written and neither
         ``observed_at_unix_ms`` nor ``change_seq`` moves.
         """
+        current = self._write_execution(execution_id, fields)
+        if current is None:
+            return None
+        return self.get_execution(execution_id)
+
+    def _write_execution(
+        self, execution_id: str, fields: dict[str, Any], *, whole: bool = False
+    ) -> dict[str, Any] | None:
+        """The write of :meth:`update_execution`, without reading the record back; returns
+        the stored fields it compared against (None: no such record), or with ``whole``
+        the whole record as it is stored now."""
         with self.transaction():
-            current = self._stored_execution(execution_id)
+            current = (self._stored_execution(execution_id) if whole
+                       else self._stored_fields(execution_id, fields))
             if current is None:
                 return None
             changed = {k: v for k, v in fields.items() if current.get(k) != v}
@@ -368,7 +410,20 @@ class Catalog:
                 f"UPDATE executions SET {sets} WHERE execution_id = ?",
                 [*(_encode_value(k, v) for k, v in changed.items()), execution_id],
             )
-        return self.get_execution(execution_id)
+        return {**current, **_as_read(changed)} if whole else current
+
+    def _stored_fields(self, execution_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """The stored values of ``fields`` only (an end writes ten columns; reading and
+        decoding all forty of them was most of its cost)."""
+        names = [name for name in fields if name in _COLUMN_NAMES]
+        if len(names) != len(fields):
+            return self._stored_execution(execution_id)  # unknown column: let SQLite say so
+        row = self._db.execute(
+            f"SELECT execution_id, {', '.join(names)} FROM executions WHERE execution_id = ?"
+            if names else "SELECT execution_id FROM executions WHERE execution_id = ?",
+            (execution_id,),
+        ).fetchone()
+        return None if row is None else _decode_row(row)
 
     def get_execution(self, execution_id: str) -> dict[str, Any] | None:
         record = self._stored_execution(execution_id)

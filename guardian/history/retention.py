@@ -10,11 +10,12 @@ commands, instead of on the command's own path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Any
 
-from tether.guardian.history.journal import Journal
 from tether.protocol.limits import RECORD_TTL_MS, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.shared.catalog import TERMINAL_STATUSES, Catalog
 from tether.shared.clock import Clock
@@ -96,7 +97,24 @@ class Retention:
         # Idempotency keys only guard against repeats in flight; a day is ample.
         self.catalog.forget_results_before(now - self.limits.ttl_ms)
         if victims:
-            for execution_id in victims:
-                Journal(self.paths.journals, execution_id).delete()
+            self._delete_journals(victims)
             self.catalog.delete_executions(victims)
         return victims
+
+    def _delete_journals(self, execution_ids: list[str]) -> None:
+        """Remove the segment files of these executions, listing the directory once.
+
+        (Opening a Journal per victim lists the whole journals directory per victim: a prune
+        of a thread with a long history was quadratic in it.)
+        """
+        wanted = set(execution_ids)
+        try:
+            entries = list(os.scandir(self.paths.journals))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            # <execution_id>.<base>.seg (shared/segments.py)
+            execution_id, dot, rest = entry.name.partition(".")
+            if dot and execution_id in wanted and rest.endswith(".seg"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)

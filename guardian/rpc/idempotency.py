@@ -18,6 +18,9 @@ class IdempotencyLedger:
 
     def __init__(self, catalog: Catalog) -> None:
         self._catalog = catalog
+        # Keys looked up but not yet claimed (their deliverer is still getting ready), with
+        # the method and fingerprint the row will hold.
+        self._unclaimed: dict[tuple[str, str], tuple[str, str]] = {}
 
     async def once(
         self,
@@ -34,38 +37,87 @@ class IdempotencyLedger:
         delivering again, and a repeat that finds ``delivering`` (the first attempt died
         mid-way) says the delivery is unknown instead of guessing.
         """
+        async def claimed_first(claim: Callable[[], None]) -> dict[str, Any]:
+            claim()
+            return await deliver()
+
+        return await self.once_claiming(principal, key, method, params, claimed_first)
+
+    async def once_claiming(
+        self,
+        principal: str,
+        key: str,
+        method: str,
+        params: BaseModel,
+        deliver: Callable[[Callable[[], None]], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """:meth:`once`, where the deliverer records the key itself: it calls ``claim()``
+        (which writes the ``delivering`` row) before it types any byte, inside its own write
+        transaction if it likes, so that the key and what the delivery creates (the
+        execution's record) are one commit instead of two.
+
+        Between this lookup and the claim the deliverer may wait (for a shell's first
+        prompt); a repeat of the key in that window is answered as if the row were there
+        already (``delivery_unknown``), exactly as it would have been before.
+        """
         catalog = self._catalog
         fingerprint = _fingerprint(method, params)
+        ident = (principal, key)
         stored = catalog.idempotent_result(principal, key)
+        if stored is None and ident in self._unclaimed:
+            stored = (*self._unclaimed[ident], _DELIVERING)
         if stored is not None:
-            stored_method, stored_fingerprint, outcome = stored
-            if stored_method != method or stored_fingerprint != fingerprint:
-                raise TetherError(
-                    ErrorCode.IDEMPOTENCY_CONFLICT,
-                    f"idempotency key was already used for a different request ({stored_method}"
-                    " with other params); nothing was done. Use a new key for a new request.",
-                    {"input_sent": False},
-                )
-            if outcome.get("state") == "delivering":
-                raise TetherError(
-                    ErrorCode.DELIVERY_UNKNOWN,
-                    "an earlier attempt with this idempotency key did not finish; whether its "
-                    "input was delivered is unknown, and it will not be sent again",
-                    {"input_sent": "unknown"},
-                )
-            if "error" in outcome:
-                raise TetherError.from_wire(outcome["error"])
-            return {**outcome, "replayed": True}
-        catalog.remember_result(principal, key, method, fingerprint, {"state": "delivering"})
+            return _replay(method, fingerprint, stored)
+        claimed = False
+
+        def claim() -> None:
+            nonlocal claimed
+            if claimed:
+                return
+            catalog.remember_result(principal, key, method, fingerprint, _DELIVERING)
+            claimed = True
+            self._unclaimed.pop(ident, None)
+
+        self._unclaimed[ident] = (method, fingerprint)
         try:
-            outcome = await deliver()
+            outcome = await deliver(claim)
         except TetherError as err:
             if err.data.get("input_sent") is False:
                 # Nothing was typed: remember the refusal so a repeat gets the same answer.
                 catalog.remember_result(principal, key, method, fingerprint, {"error": err.to_wire()})
             raise
+        finally:
+            self._unclaimed.pop(ident, None)
+        if not claimed:  # a deliverer that forgot to claim: the key must still hold
+            raise AssertionError(f"{method} delivered without claiming its idempotency key")
         catalog.remember_result(principal, key, method, fingerprint, outcome)
         return outcome
+
+
+#: The row of a key whose delivery has started and not been recorded as finished.
+_DELIVERING: dict[str, Any] = {"state": "delivering"}
+
+
+def _replay(method: str, fingerprint: str, stored: tuple[str, str, Any]) -> dict[str, Any]:
+    """The answer to a repeat of a key already used (never a second delivery)."""
+    stored_method, stored_fingerprint, outcome = stored
+    if stored_method != method or stored_fingerprint != fingerprint:
+        raise TetherError(
+            ErrorCode.IDEMPOTENCY_CONFLICT,
+            f"idempotency key was already used for a different request ({stored_method}"
+            " with other params); nothing was done. Use a new key for a new request.",
+            {"input_sent": False},
+        )
+    if outcome.get("state") == "delivering":
+        raise TetherError(
+            ErrorCode.DELIVERY_UNKNOWN,
+            "an earlier attempt with this idempotency key did not finish; whether its "
+            "input was delivered is unknown, and it will not be sent again",
+            {"input_sent": "unknown"},
+        )
+    if "error" in outcome:
+        raise TetherError.from_wire(outcome["error"])
+    return {**outcome, "replayed": True}
 
 
 def _fingerprint(method: str, params: BaseModel) -> str:

@@ -280,12 +280,13 @@ class GuardianService:
 
     async def exec_start(self, request: Request, params: ExecStartParams) -> ExecResult:
         remaining = self._remaining_s(request)
-        outcome = await self._ledger.once(
+        outcome = await self._ledger.once_claiming(
             params.principal,
             params.idempotency_key,
             request.method,
             params,
-            lambda: self._rt.launcher.start(params, write_timeout_s=min(remaining, 5.0)),
+            lambda claim: self._rt.launcher.start(
+                params, write_timeout_s=min(remaining, 5.0), claim=claim),
         )
         return await self._rt.results.wait(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))

@@ -4,7 +4,10 @@ Whatever ends an execution (its D marker, its process exiting, a shell reset, a 
 line, guardian shutdown) comes here, so the record is persisted once, its waiters wake once,
 and it leaves the live table in the same step.
 
-The record keeps the final screen's text, so the screen must be caught up first. That is
+The record keeps the final screen's text. A main shell's screen lives on after a command, so
+its text is drawn and written just after the end is answered (nobody waits for it; the shell
+runs the draw before its screen takes another byte). Otherwise the screen must be caught up
+before the end is persisted. That is
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
 once a catch-up off the loop has drawn it (the execution looks running until then).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tether.guardian.history.journal import Journal
@@ -33,6 +37,11 @@ log = logging.getLogger(__name__)
 SCREEN_TEXT_LIMIT = 64 * 1024
 #: How often writes the disk refused are tried again.
 RETRY_S = 0.5
+
+
+def _screen_text(text: str) -> str:
+    """The screen text kept on a record: its last :data:`SCREEN_TEXT_LIMIT` bytes."""
+    return text.encode()[-SCREEN_TEXT_LIMIT:].decode("utf-8", "ignore")
 
 
 class Finisher:
@@ -57,10 +66,15 @@ class Finisher:
         reason: str | None = None,
         status: str = "exited",
         now: bool = False,
+        defer_screen: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         """Persist the end of an execution and wake its waiters (a second call is a no-op).
 
         ``now``: do not wait for a screen catch-up (guardian shutdown).
+        ``defer_screen``: the screen goes on living after this end (a main shell's): the end
+        is persisted and answered at once, and the screen text is drawn and written right
+        after, through the draw handed to ``defer_screen``, which must run it before the
+        screen takes another byte (:meth:`MainShell.defer_draw`).
         """
         if live.done.is_set() or (live.execution_id in self._drawing and not now):
             return
@@ -69,7 +83,24 @@ class Finisher:
             self._drawing[live.execution_id] = asyncio.get_running_loop().create_task(
                 self._finish_drawn(live, exit_code, reason, status, ended))
             return
+        if defer_screen is not None and not now:
+            # Catching the screen up and rendering it is about a quarter of a short
+            # command's time in the guardian, and nobody waits for it: the reply carries
+            # the output, not the screen.
+            self._persist(live, exit_code, reason, status, ended, None,
+                          after_done=lambda: defer_screen(lambda: self._draw_final(live)))
+            return
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
+
+    def _draw_final(self, live: LiveExecution) -> None:
+        """The screen text of an execution whose end is already persisted."""
+        try:
+            text = live.screen.snapshot().text
+        except Exception:  # a broken emulator must not break the shell's output path
+            log.exception("screen of %s could not be drawn", live.execution_id)
+            return
+        self.keep(live.execution_id, screen_text=_screen_text(text))
+        self._notifier.notify()
 
     async def _finish_drawn(
         self, live: LiveExecution, exit_code: int | None, reason: str | None, status: str,
@@ -87,22 +118,25 @@ class Finisher:
 
     def _persist(
         self, live: LiveExecution, exit_code: int | None, reason: str | None, status: str,
-        now: int, text: str,
+        now: int, text: str | None, *, after_done: Callable[[], None] | None = None,
     ) -> None:
-        screen_text = text.encode()[-SCREEN_TEXT_LIMIT:]
+        """Write the end (with the screen text, unless ``text`` is None: drawn later), wake
+        the execution's waiters, then run ``after_done``, then wake everyone else."""
         live.journal.flush()
-        written = self._catalog.update_execution_or_keep(
-            live.execution_id,
-            status=status,
-            exit_code=exit_code if status == "exited" else None,
-            reason=reason,
-            ended_unix_ms=now,
-            terminal_unix_ms=now,
-            output_start=live.journal.start,
-            output_end=live.journal.end,
-            output_activity_seq=live.activity_seq,
-            screen_text=screen_text.decode("utf-8", "ignore"),
-        )
+        fields: dict[str, Any] = {
+            "status": status,
+            "exit_code": exit_code if status == "exited" else None,
+            "reason": reason,
+            "ended_unix_ms": now,
+            "terminal_unix_ms": now,
+            "output_start": live.journal.start,
+            "output_end": live.journal.end,
+            "output_activity_seq": live.activity_seq,
+        }
+        if text is not None:
+            fields["screen_text"] = _screen_text(text)
+        written, live.ended_record = self._catalog.write_execution_or_keep(
+            live.execution_id, **fields)
         live.exit_code = exit_code
         live.journal.close()
         if live.journal.unwritten:
@@ -116,6 +150,8 @@ class Finisher:
         if live.kind != "command":
             live.runtime.close()
         self._live.remove(live.execution_id)
+        if after_done is not None:
+            after_done()
         self._notifier.notify()
 
     def keep(self, execution_id: str, **fields: Any) -> None:

@@ -17,6 +17,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
+
+
+def _read_proc(path: str) -> bytes:
+    """One small ``/proc`` file in one ``read`` (no Path objects, no buffered file: this runs
+    after every end marker, on the command's path). Raises OSError when it is gone."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 4096)
+        while len(data) % 4096 == 0 and data:  # a long children list: read to the end
+            more = os.read(fd, 4096)
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
 #: Kernel wait channels of a shell that is busy although it sleeps: waiting for a child
 #: (``wait`` for a background job), or reading a pipe (a command substitution). Used only
 #: where ``/proc/<pid>/syscall`` cannot be read.
@@ -43,7 +59,7 @@ class ProcStat:
 def proc_stat(pid: int) -> ProcStat | None:
     """``/proc/<pid>/stat`` of a process, or None when it is gone."""
     try:
-        raw = (_PROC / str(pid) / "stat").read_bytes()
+        raw = _read_proc(f"/proc/{pid}/stat")
     except OSError:
         return None
     # The command name is in parentheses and may itself contain spaces or parentheses.
@@ -56,7 +72,7 @@ def proc_stat(pid: int) -> ProcStat | None:
 
 def _wait_channel(pid: int) -> str | None:
     try:
-        wchan = (_PROC / str(pid) / "wchan").read_text().strip()
+        wchan = _read_proc(f"/proc/{pid}/wchan").decode(errors="replace").strip()
     except OSError:
         return None
     return wchan if wchan and wchan != "0" else None
@@ -64,7 +80,7 @@ def _wait_channel(pid: int) -> str | None:
 
 def _children(pid: int) -> list[int]:
     try:
-        return [int(c) for c in (_PROC / str(pid) / "task" / str(pid) / "children").read_text().split()]
+        return [int(c) for c in _read_proc(f"/proc/{pid}/task/{pid}/children").split()]
     except (OSError, ValueError):  # a kernel without CONFIG_PROC_CHILDREN
         return [stat.pid for stat in _all_processes() if stat.ppid == pid]
 
@@ -118,16 +134,16 @@ def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
 def _blocking_syscall(pid: int) -> int | None:
     """The number of the system call ``pid`` is blocked in (None: running, or unreadable)."""
     try:
-        first = (_PROC / str(pid) / "syscall").read_text().split(maxsplit=1)[0]
+        first = _read_proc(f"/proc/{pid}/syscall").split(maxsplit=1)[0]
     except (OSError, IndexError):
         return None
-    return int(first) if first.lstrip("-").isdigit() else None
+    return int(first) if first.lstrip(b"-").isdigit() else None
 
 
 def cwd_of(pid: int) -> str | None:
     """The working directory of a live process, from the kernel."""
     try:
-        return os.readlink(_PROC / str(pid) / "cwd")
+        return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return None
 

@@ -8,6 +8,10 @@ its exit goes straight to the finisher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tether.guardian.agents.recovery import recovery_advice
@@ -27,9 +31,20 @@ from tether.protocol.methods import ExecStartParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.segments import segment_path
 
 #: How long a new shell may take to show its first prompt before a command is refused.
 SHELL_READY_TIMEOUT_S = 10.0
+
+
+def _create_journal_file(journals: Path, execution_id: str) -> None:
+    """Create the (empty) first segment file of a new execution's journal, as the journal's
+    first append would (same name and mode, no truncation: appends already made stay).
+    Best effort: a disk that refuses it refuses the append too, and the journal holds the
+    bytes and says so (journal.py)."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(segment_path(journals, execution_id, 0),
+                         os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
 class Launcher:
@@ -60,8 +75,16 @@ class Launcher:
         self._notifier = notifier
         self._retention = retention
 
-    async def start(self, params: ExecStartParams, *, write_timeout_s: float) -> dict[str, Any]:
-        """Accept a command: create its record, then deliver it exactly once."""
+    async def start(
+        self, params: ExecStartParams, *, write_timeout_s: float,
+        claim: Callable[[], None] = lambda: None,
+    ) -> dict[str, Any]:
+        """Accept a command: create its record, then deliver it exactly once.
+
+        ``claim`` records the request's idempotency key (IdempotencyLedger.once_claiming):
+        it runs in the transaction that inserts the record, before anything is typed or
+        spawned.
+        """
         if len(params.command.encode()) > MAX_COMMAND_BYTES:
             raise TetherError(
                 ErrorCode.LIMIT_EXCEEDED,
@@ -71,7 +94,7 @@ class Launcher:
             )
         thread = self._scope.thread_for(params)
         if params.background:
-            return await self._start_background(thread, params)
+            return await self._start_background(thread, params, claim)
         shell = self._threads.ensure_shell(thread)
         if params.generation is not None and params.generation != shell.generation:
             raise stale_generation(params.generation, shell.generation)
@@ -96,18 +119,20 @@ class Launcher:
                 {"input_sent": False, "running_execution_id": running},
             )
         if (shell.runtime.rows, shell.runtime.cols) != (params.rows, params.cols):
-            shell.runtime.resize(params.rows, params.cols)
-            shell.screen.resize(params.cols, params.rows)
+            shell.resize(params.rows, params.cols)
         live = self._new_execution(thread, params, kind="command", cwd=shell.cwd,
                                    runtime=shell.runtime, screen=shell.screen,
-                                   generation=shell.generation)
+                                   generation=shell.generation, claim=claim)
         shell.attach(live)
         line = shell.command_line(live.execution_id, params.command)
         await deliver(live, line.encode(), write_timeout_s)
+        # While the shell reads the line and runs it, create the journal's file (the first
+        # output would otherwise wait for it: a new directory entry costs tens of µs).
+        _create_journal_file(self._paths.journals, live.execution_id)
         return {"execution_id": live.execution_id, "input_sent": True}
 
     async def _start_background(
-        self, thread: dict[str, Any], params: ExecStartParams
+        self, thread: dict[str, Any], params: ExecStartParams, claim: Callable[[], None],
     ) -> dict[str, Any]:
         cwd = self._threads.cwd(thread["thread_id"], thread["cwd"])
         execution_id = self._clock.new_id("ex")
@@ -134,7 +159,8 @@ class Launcher:
         screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query,
                                 flow=runtime.set_reading)
         live = self._new_execution(thread, params, kind="background", cwd=cwd, runtime=runtime,
-                                   screen=screen, generation=1, execution_id=execution_id)
+                                   screen=screen, generation=1, execution_id=execution_id,
+                                   claim=claim)
         holder.append(live)
         try:
             identity = runtime.start()
@@ -159,11 +185,13 @@ class Launcher:
         screen: TerminalScreen,
         generation: int,
         execution_id: str | None = None,
+        claim: Callable[[], None],
     ) -> LiveExecution:
         execution_id = execution_id or self._clock.new_id("ex")
         identity = runtime.identity.to_dict() if runtime.identity else None
-        self._catalog.insert_execution(
-            {
+        with self._catalog.transaction():  # the key and the record: one commit
+            claim()
+            self._catalog.insert_execution({
                 "execution_id": execution_id,
                 "principal": self._scope.principal,
                 "workspace_root": self._scope.workspace_root,
@@ -183,8 +211,7 @@ class Launcher:
                 "cols": params.cols,
                 # R14: only a foreground launch can be advice for resuming a conversation.
                 "recovery": recovery_advice(params.command) if kind == "command" else None,
-            }
-        )
+            })
         live = LiveExecution(
             execution_id=execution_id,
             thread_id=thread["thread_id"],

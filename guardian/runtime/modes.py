@@ -43,6 +43,10 @@ class ThreadModes:
         self._scope = scope
         self._catalog = catalog
         self._threads = threads
+        # thread id -> (mode, fingerprint). Only this guardian writes a thread's mode (it
+        # holds the catalog), so the cache changes exactly when set_mode does: the guard of
+        # every input-bearing request then costs no catalog read and no digest.
+        self._known: dict[str, tuple[ModeSpec, str]] = {}
 
     def handlers(self) -> dict[str, Any]:
         return {"thread.mode": self.get_mode, "thread.set_mode": self.set_mode}
@@ -52,6 +56,7 @@ class ThreadModes:
 
     async def set_mode(self, request: Request, params: ThreadSetModeParams) -> ThreadModeResult:
         self._scope.thread_for(params)
+        self._known.pop(params.thread_id, None)
         self._catalog.set_thread_mode(params.thread_id, params.mode.model_dump(mode="json"))
         return self._answer(params)
 
@@ -59,14 +64,18 @@ class ThreadModes:
         """Refuse an input-bearing request checked against a mode the thread no longer has."""
         if request.method not in MODE_GUARDED:
             return
+        sent, thread_id = request.params.get("mode_fingerprint"), request.params.get("thread_id")
+        known = self._known.get(thread_id) if isinstance(thread_id, str) else None
+        if known is not None and (sent == known[1] or (
+                sent is None and known[1] == DEFAULT_FINGERPRINT)):
+            return  # the mode it was checked against is the thread's (the common case)
         try:
             guard = ModeGuard.model_validate(request.params)
         except ValidationError:
             return  # the params model of the method refuses it with the full message
         if guard.thread_id is None:
             return
-        current = self.mode(guard.thread_id)
-        fingerprint = mode_fingerprint(current)
+        current, fingerprint = self._mode(guard.thread_id)
         if guard.mode_fingerprint == fingerprint or (
                 guard.mode_fingerprint is None and fingerprint == DEFAULT_FINGERPRINT):
             return
@@ -78,12 +87,26 @@ class ThreadModes:
         )
 
     def mode(self, thread_id: str) -> ModeSpec:
+        return self._mode(thread_id)[0]
+
+    def _mode(self, thread_id: str) -> tuple[ModeSpec, str]:
+        """The thread's mode and its fingerprint (cached once the thread is known)."""
+        known = self._known.get(thread_id)
+        if known is not None:
+            return known
         stored = self._catalog.get_thread_mode(thread_id)
-        return DEFAULT_MODE if stored is None else ModeSpec.model_validate(stored)
+        if stored is None:
+            mode, fingerprint = DEFAULT_MODE, DEFAULT_FINGERPRINT
+        else:
+            mode = ModeSpec.model_validate(stored)
+            fingerprint = mode_fingerprint(mode)
+        if stored is not None or self._catalog.get_thread(thread_id) is not None:
+            self._known[thread_id] = (mode, fingerprint)  # never an unknown thread's id
+        return mode, fingerprint
 
     def _answer(self, params: Scoped) -> ThreadModeResult:
         thread = self._scope.thread_for(params)
-        mode = self.mode(params.thread_id)
+        mode, fingerprint = self._mode(params.thread_id)
         return ThreadModeResult.model_validate({
-            "mode": mode.model_dump(mode="json"), "fingerprint": mode_fingerprint(mode),
+            "mode": mode.model_dump(mode="json"), "fingerprint": fingerprint,
             "cwd": self._threads.cwd(params.thread_id, thread["cwd"])})

@@ -46,22 +46,30 @@ class Results:
         """Record, rendered output tail, and the thread's current cwd. ``was_live``: the
         execution's live entry from before a wait, whose journal stays readable after the
         end (opening the journal afresh would list the journals directory)."""
-        record = self._catalog.get_execution(execution_id)
-        assert record is not None
         live = self._live.get(execution_id)
+        # An end just written (the usual reply to exec.start) is reported as written,
+        # without reading it back.
+        record = (was_live.ended_record if live is None and was_live is not None else None) \
+            or self._catalog.get_execution(execution_id)
+        assert record is not None
         holder = live or was_live
         journal = holder.journal if holder is not None else self._live.journal(execution_id)
-        thread = self._catalog.get_thread(record["thread_id"])
-        cwd = self._threads.cwd(record["thread_id"], thread["cwd"] if thread else record["cwd"])
+        cwd = self._threads.shell_cwd(record["thread_id"])
+        if cwd is None:  # no shell of this thread here: the cwd it last had
+            thread = self._catalog.get_thread(record["thread_id"])
+            cwd = str(thread["cwd"] if thread else record["cwd"])
         return ExecResult.model_validate(
             {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd})
 
     async def wait(self, execution_id: str, timeout_s: float) -> ExecResult:
         """Wait until the execution ends or ``timeout_s`` passes, then report it."""
         live = self._live.get(execution_id)
-        if live is not None and timeout_s > 0:
+        if live is not None and timeout_s > 0 and not live.done.is_set():
+            # A timeout scope, not wait_for: wait_for (Python 3.11) runs the wait in a task
+            # of its own, two more loop turns between the end and the reply.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(live.done.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await live.done.wait()
         return self.result(execution_id, live)
 
     async def settle(self, execution_id: str, timeout_s: float) -> ExecResult:

@@ -21,7 +21,7 @@ import asyncio
 import os
 import secrets
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -130,6 +130,9 @@ class MainShell:
         # The typed command line has not started running yet (no C since it was typed).
         self._awaiting_start = False
         self._discard_check = False
+        # The final screen of the last command, drawn right after its end was answered
+        # (Finisher.finish, defer_screen) and always before the screen changes again.
+        self._pending_draw: Callable[[], None] | None = None
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
@@ -161,12 +164,33 @@ class MainShell:
         self.current = live
         self._awaiting_start = True
 
+    def defer_draw(self, draw: Callable[[], None]) -> None:
+        """Run ``draw`` (it reads this shell's screen) on the next loop turn, or earlier if
+        the screen is about to change: before any more output is fed, a resize, a close."""
+        self.flush_draw()
+        self._pending_draw = draw
+        asyncio.get_running_loop().call_soon(self.flush_draw)
+
+    def flush_draw(self) -> None:
+        """Run the pending draw now, if there is one."""
+        draw, self._pending_draw = self._pending_draw, None
+        if draw is not None:
+            draw()
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Resize the terminal and its screen (a pending draw sees the old size first)."""
+        self.flush_draw()
+        self.runtime.resize(rows, cols)
+        self.screen.resize(cols, rows)
+
     def _respond(self, data: bytes) -> None:
         self.runtime.answer_query(data)
 
     # -- output and markers ----------------------------------------------------------------
 
     def _on_output(self, data: bytes) -> None:
+        if self._pending_draw is not None:
+            self.flush_draw()
         self.screen.feed(data)
         for piece in self._scanner.feed(data):
             if isinstance(piece, Marker):
@@ -292,6 +316,7 @@ class MainShell:
         self._listener.shell_exited(self, status)
 
     def close(self) -> None:
+        self.flush_draw()
         if self._check is not None:
             self._check.cancel()
             self._check = None

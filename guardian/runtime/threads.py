@@ -162,6 +162,11 @@ class Threads:
         """Every live main shell (for parentage by process ancestry, R24)."""
         return list(self._shells.values())
 
+    def shell_cwd(self, thread_id: str) -> str | None:
+        """The current directory of the thread's shell here, or None when it has none."""
+        shell = self._shells.get(thread_id)
+        return shell.cwd if shell is not None else None
+
     def cwd(self, thread_id: str, fallback: str) -> str:
         """The shell's current directory, or ``fallback`` when the thread has no shell here."""
         shell = self._shells.get(thread_id)
@@ -173,7 +178,10 @@ class Threads:
     # -- ShellListener ---------------------------------------------------------------------
 
     def command_finished(self, live: LiveExecution, exit_code: int | None) -> None:
-        self._finisher.finish(live, exit_code)
+        shell = self._shells.get(live.thread_id)
+        # The shell's screen lives on: its text is written just after the end is answered.
+        defer = shell.defer_draw if shell is not None and shell.screen is live.screen else None
+        self._finisher.finish(live, exit_code, defer_screen=defer)
 
     def marker_ignored(self, live: LiveExecution, detail: str) -> None:
         """A marker the kernel did not confirm: kept as an event of the execution."""

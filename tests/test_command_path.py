@@ -1,0 +1,233 @@
+"""The short-command path of the guardian: fewer commits, no read-backs, the final screen of a
+main-shell command drawn after the reply — with every promise of the slower path kept."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.frontend.guardians import GuardianLocator
+from tether.guardian.history.journal import Journal
+from tether.guardian.history.retention import Retention, RetentionLimits
+from tether.guardian.rpc.idempotency import IdempotencyLedger
+from tether.guardian.runtime.launch import _create_journal_file
+from tether.guardian.runtime.live import LiveExecution
+from tether.guardian.runtime.pty import ExitStatus
+from tether.guardian.runtime.shell import MainShell
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.methods import ExecStartParams
+from tether.shared.catalog import Catalog
+from tether.shared.config import Config
+from tether.shared.paths import GuardianPaths
+
+pytestmark = pytest.mark.anyio
+
+
+def _params(command: str = "echo hi") -> ExecStartParams:
+    return ExecStartParams.model_validate({
+        "principal": "local", "workspace_root": "/w", "thread_id": "th_0123456789abcdef",
+        "command": command, "idempotency_key": "k1"})
+
+
+def _record(execution_id: str) -> dict[str, Any]:
+    return {"execution_id": execution_id, "principal": "local", "workspace_root": "/w",
+            "thread_id": "th", "kind": "command", "command": "true", "status": "running",
+            "started_unix_ms": 1, "guardian_instance_id": "g",
+            "runtime": {"pid": 1, "create_time": 2.5}}
+
+
+# -- the idempotency key and the record in one commit ---------------------------------------
+
+
+async def test_a_repeat_before_the_claim_is_delivery_unknown_and_types_nothing(
+        tmp_path: Path) -> None:
+    ledger = IdempotencyLedger(Catalog(tmp_path / "c.sqlite3"))
+    params = _params()
+    ready = asyncio.Event()
+    typed: list[str] = []
+
+    async def first(claim: Any) -> dict[str, Any]:
+        await ready.wait()  # a shell still starting: the key is looked up, not yet claimed
+        claim()
+        typed.append("first")
+        return {"execution_id": "ex_1", "input_sent": True}
+
+    async def again(claim: Any) -> dict[str, Any]:
+        claim()
+        typed.append("again")
+        return {"execution_id": "ex_2", "input_sent": True}
+
+    task = asyncio.ensure_future(ledger.once_claiming("local", "k1", "exec.start", params, first))
+    await asyncio.sleep(0)
+    with pytest.raises(TetherError) as unknown:
+        await ledger.once_claiming("local", "k1", "exec.start", params, again)
+    assert unknown.value.code == ErrorCode.DELIVERY_UNKNOWN
+    with pytest.raises(TetherError) as conflict:  # other params: a conflict, as with a row
+        await ledger.once_claiming("local", "k1", "exec.start", _params("ls"), again)
+    assert conflict.value.code == ErrorCode.IDEMPOTENCY_CONFLICT
+    ready.set()
+    assert (await task)["execution_id"] == "ex_1"
+    replay = await ledger.once_claiming("local", "k1", "exec.start", params, again)
+    assert replay == {"execution_id": "ex_1", "input_sent": True, "replayed": True}
+    assert typed == ["first"]
+
+
+async def test_a_claim_whose_commit_fails_leaves_no_key_and_a_crash_after_it_leaves_delivering(
+        tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    ledger = IdempotencyLedger(catalog)
+    params = _params()
+
+    async def insert_fails(claim: Any) -> dict[str, Any]:
+        with catalog.transaction():
+            claim()
+            catalog.insert_execution({"execution_id": "ex_1"})  # NOT NULL columns missing
+        raise AssertionError("not reached")
+
+    with pytest.raises(sqlite3.IntegrityError):
+        await ledger.once_claiming("local", "k1", "exec.start", params, insert_fails)
+    # Rolled back together: no key, no record, nothing typed; a repeat may deliver.
+    assert catalog.idempotent_result("local", "k1") is None
+    assert catalog.get_execution("ex_1") is None
+
+    async def dies_after_commit(claim: Any) -> dict[str, Any]:
+        with catalog.transaction():
+            claim()
+            catalog.insert_execution(_record("ex_1"))
+        raise RuntimeError("the guardian died here, between the commit and the outcome")
+
+    with pytest.raises(RuntimeError):
+        await ledger.once_claiming("local", "k1", "exec.start", params, dies_after_commit)
+    assert catalog.get_execution("ex_1") is not None
+    with pytest.raises(TetherError) as unknown:  # a later guardian on the same catalog
+        await IdempotencyLedger(catalog).once_claiming(
+            "local", "k1", "exec.start", params, dies_after_commit)
+    assert unknown.value.code == ErrorCode.DELIVERY_UNKNOWN
+    assert unknown.value.data["input_sent"] == "unknown"
+
+
+async def test_a_deliverer_that_never_claims_records_no_outcome(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+
+    async def forgets(claim: Any) -> dict[str, Any]:
+        return {"execution_id": "ex_1", "input_sent": True}
+
+    with pytest.raises(AssertionError):
+        await IdempotencyLedger(catalog).once_claiming("local", "k1", "exec.start", _params(),
+                                                       forgets)
+    assert catalog.idempotent_result("local", "k1") is None
+
+
+# -- the catalog writes an end without reading it back --------------------------------------
+
+
+def test_the_record_returned_by_a_write_is_the_record_read_back(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    catalog.insert_execution(_record("ex_1"))
+    written, record = catalog.write_execution_or_keep(
+        "ex_1", status="exited", exit_code=0, ended_unix_ms=5, output_end=3,
+        runtime={"pid": 1, "create_time": 2.5, "orphan": {"pid": 1}}, output_pending=1,
+        screen_text="hi")
+    assert written
+    assert record == catalog.get_execution("ex_1")
+    assert record is not None and record["output_pending"] is True
+    # Nothing changed: nothing written, the same record.
+    seq = catalog.change_seq()
+    assert catalog.write_execution_or_keep("ex_1", status="exited") == (True, record)
+    assert catalog.change_seq() == seq
+
+
+# -- a main shell's final screen, drawn after the end ---------------------------------------
+
+
+class _Listener:
+    def command_finished(self, live: LiveExecution, exit_code: int | None) -> None: ...
+
+    def shell_exited(self, shell: MainShell, status: ExitStatus) -> None: ...
+
+    def command_discarded(self, live: LiveExecution) -> None: ...
+
+    def marker_ignored(self, live: LiveExecution, detail: str) -> None: ...
+
+    def output_arrived(self) -> None: ...
+
+
+async def test_a_deferred_draw_runs_before_the_screen_takes_more_output(tmp_path: Path) -> None:
+    shell = MainShell(thread_id="th", generation=1, cwd=str(tmp_path), env={},
+                      scratch=tmp_path, rows=5, cols=40, listener=_Listener())
+    drawn: list[str] = []
+    shell.screen.feed(b"first command's output")
+    shell.defer_draw(lambda: drawn.append(shell.screen.snapshot().text))
+    shell._on_output(b"\r\nLATER")  # output before the next loop turn (a background job)
+    assert drawn == ["first command's output"]
+    await asyncio.sleep(0)
+    assert len(drawn) == 1  # drawn once
+    shell.defer_draw(lambda: drawn.append("second"))
+    await asyncio.sleep(0)  # with nothing arriving it runs on the next loop turn
+    assert drawn[-1] == "second"
+    shell.close()
+
+
+async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
+        tether_env: Config, workspace: Path) -> None:
+    locator = GuardianLocator(tether_env)
+    try:
+        handle = await locator.handle(str(workspace))
+        base = {"principal": "local", "workspace_root": str(workspace)}
+        thread = await handle.call("thread.open", base, timeout_s=10)
+        scope = {**base, "thread_id": thread.thread_id}
+        ids = []
+        for word in ("alpha-one", "beta-two"):
+            done = await handle.call("exec.start", {**scope, "command": f"echo {word}",
+                                                    "idempotency_key": word, "wait_ms": 5000},
+                                    timeout_s=10)
+            assert (done.execution.status, done.execution.exit_code) == ("exited", 0)
+            assert done.output.text.strip() == word
+            ids.append(done.execution.execution_id)
+
+        async def screen_of(execution_id: str) -> str:
+            got = await handle.call("exec.get", {**scope, "execution_id": execution_id},
+                                    timeout_s=10)
+            return str(got.execution.screen_text or "")
+
+        first, second = await screen_of(ids[0]), await screen_of(ids[1])
+        # Each record keeps the screen as its command left it: the next command's line and
+        # output came after that draw.
+        assert "alpha-one" in first and "beta-two" not in first
+        assert "alpha-one" in second and "beta-two" in second
+    finally:
+        locator.close()
+
+
+# -- journals -------------------------------------------------------------------------------
+
+
+def test_creating_the_journal_file_early_keeps_what_was_appended(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, "ex_1", new=True)
+    journal.append(b"already here")
+    _create_journal_file(tmp_path, "ex_1")
+    assert Journal(tmp_path, "ex_1").read(0, 100) == b"already here"
+    _create_journal_file(tmp_path, "ex_2")
+    fresh = Journal(tmp_path, "ex_2")
+    assert (fresh.start, fresh.end) == (0, 0)
+    fresh.append(b"new")
+    assert Journal(tmp_path, "ex_2").read(0, 100) == b"new"
+
+
+def test_pruning_deletes_exactly_the_victims_journals(tmp_path: Path) -> None:
+    paths = GuardianPaths("k", tmp_path / "run", tmp_path / "state")
+    paths.journals.mkdir(parents=True)
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    retention = Retention(catalog, paths, catalog.clock, RetentionLimits(max_records=2))
+    for i in (1, 10, 11):  # ex_1 is a prefix of ex_10 and ex_11
+        catalog.insert_execution({**_record(f"ex_{i}"), "status": "exited",
+                                  "terminal_unix_ms": catalog.clock.now_ms()})
+        Journal(paths.journals, f"ex_{i}", retain=4).append(b"x" * 10)  # several segments
+    assert len(list(paths.journals.glob("ex_1.*"))) > 1
+    assert retention.prune_thread("th", protect=set()) == ["ex_1"]
+    assert not list(paths.journals.glob("ex_1.*"))
+    assert list(paths.journals.glob("ex_10.*")) and list(paths.journals.glob("ex_11.*"))
