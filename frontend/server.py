@@ -57,11 +57,18 @@ def build_server(
     definitions = {name: tool.definition() for name, tool in tools.items()}
     usage = UsageLog.from_env()  # R30: every call is recorded in one place, here
 
+    sessions: dict[Caller, Session] = {}
+
     def session_for(caller: Caller) -> Session:
-        locator = locators.get(caller.principal)
-        if locator is None:
-            locator = locators[caller.principal] = GuardianLocator(config, caller.principal)
-        return Session(locator=locator, caller=caller, modes=known_modes)
+        # One session per caller, kept: its lineage is resolved once (it scans the
+        # environment, and may ask guardians), not once per call.
+        session = sessions.get(caller)
+        if session is None:
+            locator = locators.get(caller.principal)
+            if locator is None:
+                locator = locators[caller.principal] = GuardianLocator(config, caller.principal)
+            session = sessions[caller] = Session(locator=locator, caller=caller, modes=known_modes)
+        return session
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
