@@ -122,7 +122,7 @@ def build_server(
                 ErrorCode.INTERNAL, "internal error in the Tether front-end; see its stderr log"
             ))
 
-    return Server(
+    server: Server[Any] = Server(
         SERVER_NAME,
         version=SERVER_VERSION,
         instructions="Terminals that survive restarts. Call Initialize first.",
@@ -130,3 +130,20 @@ def build_server(
         on_call_tool=call_tool,
         get_tool_input_schema=input_schema,
     )
+    _drop_idle_tracing(server)
+    return server
+
+
+def _drop_idle_tracing(server: Server[Any]) -> None:
+    """Take the SDK's OpenTelemetry middleware off every request when no tracer provider is
+    installed (``tether serve`` installs none; ``opentelemetry-instrument`` would, before
+    this runs). With none, its spans record nothing, yet entering one per request costs
+    about as much as Tether's own dispatch of a quick call."""
+    try:
+        from mcp.server._otel import OpenTelemetryMiddleware
+        from opentelemetry import trace
+    except ImportError:  # another SDK layout: keep what it installs
+        return
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        server.middleware = [m for m in server.middleware
+                             if not isinstance(m, OpenTelemetryMiddleware)]

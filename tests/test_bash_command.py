@@ -108,3 +108,26 @@ async def test_quotes_history_marks_and_non_ascii_reach_the_shell_intact(
     assert heredoc["output"].strip() == "$HOME !$"
     long = await run(client, session, "echo " + "x" * 2000)  # typed through a command file
     assert long["output"].strip() == "x" * 2000
+
+
+async def test_a_long_command_reports_progress_each_second(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    ticks: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        ticks.append((done, total, message))
+
+    result = await client.call_tool("BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "command", "command": "sleep 2.5; echo done"},
+        "wait_for_seconds": 10}, progress_callback=on_progress)
+    assert result.structured_content is not None
+    assert result.structured_content["data"]["output"].strip() == "done"
+    assert [done for done, _, _ in ticks[:2]] == [1.0, 2.0]
+    assert ticks[0][1:] == (10.0, "waiting (1s)")
+    sent = len(ticks)
+    quick = await client.call_tool("BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "command", "command": "echo quick"}}, progress_callback=on_progress)
+    assert not quick.is_error
+    assert len(ticks) == sent  # a quick command sends none

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import mcp_types as types
 
@@ -31,6 +32,7 @@ from tether.protocol.limits import (
 from tether.protocol.results import ExecResult, ScreenResult, WaitTurnResult
 
 PROGRESS_EVERY_S = 1.0
+T = TypeVar("T")
 
 
 class BashCommandTool(Tool):
@@ -110,21 +112,35 @@ class BashCommandTool(Tool):
         return _execution_result(await send_checked(session, root, scope, check, send))
 
 
-async def _with_progress(call: Any, progress: Progress, wait_s: float) -> Any:
-    """Await ``call`` while sending MCP progress notifications once a second."""
-    task = asyncio.ensure_future(call)
-    elapsed = 0.0
-    try:
+async def _with_progress(call: Awaitable[T], progress: Progress, wait_s: float) -> T:
+    """Await ``call`` in this task while sending MCP progress notifications once a second.
+
+    Most calls end well within a second, so the ticker that sends them is a task started
+    by a timer only once the first second has passed: a short call costs one timer, not a
+    task of its own and a wait with a timeout.
+    """
+    loop = asyncio.get_running_loop()
+    ticker: asyncio.Task[None] | None = None
+
+    async def tick() -> None:
+        elapsed = PROGRESS_EVERY_S
         while True:
-            done, _ = await asyncio.wait({task}, timeout=PROGRESS_EVERY_S)
-            if done:
-                return task.result()
-            elapsed += PROGRESS_EVERY_S
             with contextlib.suppress(Exception):  # progress is best-effort
                 await progress(elapsed, wait_s or None, f"waiting ({elapsed:.0f}s)")
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            elapsed += PROGRESS_EVERY_S
+
+    def start() -> None:
+        nonlocal ticker
+        ticker = loop.create_task(tick())
+
+    timer = loop.call_later(PROGRESS_EVERY_S, start)
+    try:
+        return await call
     finally:
-        if not task.done():
-            task.cancel()
+        timer.cancel()
+        if ticker is not None:
+            ticker.cancel()
 
 
 _DELIVERY_FIELDS = ("delivery", "terminal_mode", "terminal_mode_after", "reads_keys",
