@@ -172,6 +172,11 @@ class GuardianLocator:
 
     async def _locate(self, workspace_root: str, thread_id: str | None, *,
                       start: bool) -> GuardianHandle | None:
+        handle = self._handles.get(workspace_root)
+        if handle is not None and handle.alive():
+            return handle  # the common case: no lock, no waitpid, one poll of a pidfd
+        # Guardians we started and that have ended are reaped here, off the common path:
+        # one that ends is noticed (and reaped) by the next call that finds it gone.
         self._children = [child for child in self._children if child.poll() is None]
         lock = self._locks.setdefault(workspace_root, asyncio.Lock())
         async with lock:

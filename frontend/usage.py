@@ -172,15 +172,17 @@ class CallRecorder:
                              "outcome": outcome, "usage_schema": USAGE_SCHEMA})
 
 
-@contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
-    """Mark a phase of the tool call in progress (nothing outside a recorded call)."""
+#: What :func:`phase` returns outside a recorded call: reusable, and free to enter.
+_NOT_RECORDED: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+def phase(name: str) -> contextlib.AbstractContextManager[None]:
+    """Mark a phase of the tool call in progress (nothing outside a recorded call: a shared
+    null context, not a generator per phase, which every call would pay for)."""
     recorder = _current.get()
     if recorder is None:
-        yield
-        return
-    with recorder.phase(name):
-        yield
+        return _NOT_RECORDED
+    return recorder.phase(name)
 
 
 def phase_for_method(method: str) -> str:
