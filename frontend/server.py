@@ -137,8 +137,8 @@ def build_server(
 def _drop_idle_tracing(server: Server[Any]) -> None:
     """Take the SDK's OpenTelemetry middleware off every request when no tracer provider is
     installed (``tether serve`` installs none; ``opentelemetry-instrument`` would, before
-    this runs). With none, its spans record nothing, yet entering one per request costs
-    about as much as Tether's own dispatch of a quick call."""
+    this runs). With none, its spans record nothing, yet entering one per request cost about
+    4% of tether serve's CPU per BashCommand (a py-spy profile of `echo hi` over stdio)."""
     try:
         from mcp.server._otel import OpenTelemetryMiddleware
         from opentelemetry import trace
