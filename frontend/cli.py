@@ -14,6 +14,7 @@ import anyio
 
 from tether.frontend.authority import PROFILES, Caller, tools_for
 from tether.frontend.server import build_server
+from tether.frontend.stdio import serve as serve_streams
 from tether.frontend.stdio import stdio_transport
 from tether.protocol.errors import TetherError
 from tether.shared.config import Config
@@ -68,7 +69,8 @@ def _serve_stdio(caller: Caller) -> int:
 
     async def serve() -> None:
         async with stdio_transport() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            await serve_streams(server, read_stream, write_stream,
+                                server.create_initialization_options())
 
     async def run() -> None:
         # MCP clients stop their servers with SIGINT, then SIGTERM (Claude Code does both):

@@ -34,6 +34,7 @@ import asyncio
 import collections
 import contextlib
 import fcntl
+import inspect
 import json
 import logging
 import os
@@ -49,6 +50,8 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.server.models import InitializationOptions
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -500,8 +503,30 @@ class Inbound:
         self._scanned = 0  # bytes of the buffer known to hold no newline
         self._eof = False
         self._closed = False
+        self._replay: collections.deque[SessionMessage | Exception] = collections.deque()
+
+    async def opening_request(self, keep: int) -> types.JSONRPCRequest | None:
+        """Read up to the client's first request (None: the input ended before one) and
+        receive it again next, after up to ``keep`` frames that came before it (more are
+        dropped): what the SDK's serving loop peeks at to choose the protocol era."""
+        lead: list[SessionMessage | Exception] = []
+        opening = None
+        with contextlib.suppress(anyio.EndOfStream):
+            while opening is None:
+                item = await self.receive()
+                if isinstance(item, SessionMessage) and isinstance(item.message,
+                                                                   types.JSONRPCRequest):
+                    opening = item.message
+                elif len(lead) >= keep:
+                    log.debug("dropped a frame received before the first request: %r", item)
+                    continue
+                lead.append(item)
+        self._replay.extend(lead)
+        return opening
 
     async def receive(self) -> SessionMessage | Exception:
+        if self._replay and not self._closed:
+            return self._replay.popleft()
         read = False
         while True:
             if self._closed:
@@ -587,3 +612,58 @@ async def stdio_transport() -> AsyncIterator[tuple[Inbound, Outbound]]:
                 await writer.drain()
             reader.close()
             writer.close()
+
+
+async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
+                options: InitializationOptions) -> None:
+    """``server.run(inbound, outbound, options)``, without its relay task.
+
+    ``Server.run`` peeks at the client's first request to choose the protocol era (the
+    ``initialize`` handshake, or 2026-07-28 envelopes), then relays every later message
+    through a task and a memory stream of its own: two more task switches per request.
+    Here :meth:`Inbound.opening_request` peeks and the chosen serving loop reads the
+    stream directly. The loops are the SDK's (private names, checked on import); an SDK
+    without them gets ``Server.run``.
+    """
+    loops = _sdk_serving_loops()
+    if loops is None:
+        await server.run(inbound, outbound, options)
+        return
+    legacy, modern, enveloped, keep = loops
+    async with server.lifespan(server) as state:
+        try:
+            opening = await inbound.opening_request(keep)
+            if (opening is not None and opening.method != "initialize"
+                    and enveloped(opening.params)):
+                await modern(server, inbound, outbound, lifespan_state=state,
+                             raise_exceptions=False)
+            else:
+                await legacy(server, inbound, outbound, lifespan_state=state, session_id=None,
+                             init_options=options, raise_exceptions=False)
+        finally:
+            await inbound.aclose()
+            await outbound.aclose()
+
+
+def _sdk_serving_loops() -> tuple[Any, Any, Callable[[Any], bool], int] | None:
+    """The SDK's two serving loops, its envelope test and its replay limit, or None when
+    this SDK does not have them with the parameters :func:`serve` passes."""
+    try:
+        from mcp.server import runner
+    except ImportError:
+        return None
+    legacy = getattr(runner, "_serve_legacy_stream", None)
+    modern = getattr(runner, "_serve_modern_stream", None)
+    enveloped = getattr(runner, "_has_modern_envelope", None)
+    keep = getattr(runner, "_PRE_REQUEST_REPLAY_LIMIT", None)
+    if legacy is None or modern is None or enveloped is None or not isinstance(keep, int):
+        return None
+    try:
+        legacy_params = set(inspect.signature(legacy).parameters)
+        modern_params = set(inspect.signature(modern).parameters)
+    except (TypeError, ValueError):
+        return None
+    if not ({"lifespan_state", "session_id", "init_options", "raise_exceptions"} <= legacy_params
+            and {"lifespan_state", "raise_exceptions"} <= modern_params):
+        return None
+    return legacy, modern, enveloped, keep

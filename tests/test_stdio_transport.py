@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from mcp.shared.message import SessionMessage
 
 from tests.conftest import stdio_params
 from tests.helpers import poll
+from tether.frontend import stdio
 from tether.shared.config import Config
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -191,3 +193,65 @@ def test_replies_that_do_not_fit_the_pipe_wait_in_order(
     assert ids == [rid for n, big_id in enumerate(big) for rid in (big_id, n)]
     assert status == 0
     assert LOOP in log_path.read_text()
+
+
+class _Chunks:
+    """A reader that hands out fixed chunks, then the end of input."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = list(chunks)
+
+    async def read(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    def close(self) -> None:
+        pass
+
+
+class _Collect:
+    """A writer that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+
+    async def write(self, data: bytes) -> None:
+        self.lines.append(json.loads(data))
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _method(item: object) -> str:
+    assert isinstance(item, SessionMessage)
+    method: str = item.message.model_dump()["method"]
+    return method
+
+
+@pytest.mark.anyio
+async def test_the_opening_request_is_peeked_then_received_after_what_came_before() -> None:
+    writer = _Collect()
+    inbound = stdio.Inbound(_Chunks(
+        _line(INITIALIZED)[:20], _line(INITIALIZED)[20:] + b"{oops\n" + _line(INITIALIZE)[:-1],
+        b"\n" + _ping(5)), stdio.Outbound(writer))
+    opening = await inbound.opening_request(keep=8)
+    assert opening is not None and opening.method == "initialize"
+    received = [item async for item in inbound]
+    assert [_method(item) for item in received] == [
+        "notifications/initialized", "initialize", "ping"]
+    assert writer.lines[0]["error"]["code"] == -32700  # the bad line was answered, not queued
+
+
+@pytest.mark.anyio
+async def test_input_that_ends_before_a_request_has_no_opening_request() -> None:
+    inbound = stdio.Inbound(_Chunks(_line(INITIALIZED) * 3), stdio.Outbound(_Collect()))
+    assert await inbound.opening_request(keep=2) is None
+    assert len([item async for item in inbound]) == 2  # frames beyond the limit are dropped
+
+
+def test_this_sdk_serves_without_the_relay_task() -> None:
+    # When an SDK upgrade renames its serving loops, serve() quietly falls back to
+    # Server.run (two more task switches per request): this says so.
+    assert stdio._sdk_serving_loops() is not None
