@@ -42,6 +42,21 @@ class Result(BaseModel):
             object.__setattr__(result, "__pydantic_private__", {"wire": obj})
         return result
 
+    @classmethod
+    def built(cls, wire: dict[str, Any]) -> Self:
+        """A reply the guardian assembled from its own rows, sent as it is, unchecked here.
+
+        The front-end checks every reply through :func:`read_result` (a wrong shape is
+        ``protocol_mismatch`` there), so checking on this side as well only paid twice for
+        the same shape: ~0.13 ms of an observe of 32 items, and ~260 short-lived objects
+        for the guardian's collector. Only the top-level fields are set (nested ones stay
+        maps, so reading through them fails loudly): it is for :meth:`wire`, not for reading.
+        tests/test_typed_results.py checks such replies against their model.
+        """
+        result = cls.model_construct(**wire)
+        object.__setattr__(result, "__pydantic_private__", {"wire": wire})
+        return result
+
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, "__pydantic_private__", None)
         super().__setattr__(name, value)

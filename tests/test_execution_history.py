@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
+from tether.guardian.history.records import COMPACT_FIELDS
 
 pytestmark = pytest.mark.anyio
 
@@ -74,6 +75,12 @@ async def test_observe_rules_and_partial_results(client: Client, workspace: Path
         a["execution_id"], b["execution_id"], b["execution_id"]]
     assert "alpha" in items[0]["page"]["text"]
     assert isinstance(good["data"]["catalog_cursor"], int)
+    # Each item's figures are those of the full record (live output figures included).
+    for item in items[:2]:
+        eid = item["execution"]["execution_id"]
+        record = (await execution(client, session, {"type": "get", "execution_id": eid}))
+        assert item["execution"] == {k: record["data"]["execution"].get(k) for k in COMPACT_FIELDS}
+    assert items[1]["execution"]["output_end"] >= len("beta")
 
     mixed = await execution(client, session, {"type": "observe", "items": [
         ok_items[0], {"execution_id": "ex_missing"}]})

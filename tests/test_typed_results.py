@@ -3,18 +3,19 @@ them, and every tool advertises an outputSchema that its structured content sati
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 from mcp import Client
+from pydantic import TypeAdapter, ValidationError
 
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
+from tether.frontend.outputs import SHAPES, describe
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import METHODS
-from tether.protocol.results import RESULTS, ExecResult, read_result
+from tether.protocol.results import RESULTS, ExecResult, ObserveResult, read_result
 
 pytestmark = pytest.mark.anyio
 
@@ -36,6 +37,22 @@ def test_results_of_an_older_guardian_parse_and_newer_fields_pass_through() -> N
     assert again.execution.model_extra == {"cpu_ms": 12}
 
 
+def test_a_reply_the_guardian_built_goes_out_as_it_was_built() -> None:
+    wire = {"items": [{"errors": [], "status": "ok", "execution": {"execution_id": "ex_1"},
+                       "page": {"text": "hi", "start": 0, "end": 2, "has_more": False,
+                                "next_cursor": "c"}}],
+            "catalog_cursor": 7, "completed_with_issues": True, "hint": "new"}
+    built = ObserveResult.built(wire)
+    assert built.wire() is wire  # sent as it is: no copy, nothing added or dropped
+    assert (built.catalog_cursor, built.completed_with_issues) == (7, True)
+    assert built.model_extra == {"hint": "new"}
+    # Unchecked on the guardian's side; the front-end's read of it checks it.
+    assert read_result("exec.observe", wire).items[0].page.text == "hi"  # type: ignore[attr-defined]
+    with pytest.raises(TetherError) as caught:
+        read_result("exec.observe", {**wire, "items": [{"status": "ok"}]})
+    assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH
+
+
 def test_a_reply_of_another_shape_is_refused() -> None:
     with pytest.raises(TetherError) as caught:
         read_result("exec.start", {"execution": {"status": "exited"}})
@@ -43,15 +60,17 @@ def test_a_reply_of_another_shape_is_refused() -> None:
     assert "exec.start" in caught.value.message
 
 
-def _shape_of(schema: dict[str, Any], data: dict[str, Any]) -> str | None:
-    """The first of the shapes named in ``data``'s description that ``data`` satisfies."""
+def _shape_of(tool: str, schema: dict[str, Any], data: dict[str, Any]) -> str | None:
+    """The first of the tool's shapes (each named in ``data``'s description, field by field)
+    that ``data`` satisfies, checked strictly: no coercion of types."""
     described = schema["properties"]["data"]["description"]
-    names = re.findall(r"\b([A-Z]\w+)\b", described.split("(see")[0])
-    assert names, described
-    for name in names:
-        shape = {"$defs": schema["$defs"], **schema["$defs"][name]}
-        if jsonschema.Draft202012Validator(shape).is_valid(data):
-            return name
+    for shape in SHAPES[tool]:
+        assert describe(shape) in described, (tool, shape.__name__)
+        try:
+            TypeAdapter(shape).validate_python(data, strict=True)
+        except ValidationError:
+            continue
+        return shape.__name__
     return None
 
 
@@ -87,7 +106,7 @@ async def test_structured_content_satisfies_the_output_schema(client: Client,
         result = await client.call_tool(tool, args)
         assert result.structured_content is not None and not result.is_error, (tool, result)
         jsonschema.validate(result.structured_content, schemas[tool])
-        shape = _shape_of(schemas[tool], result.structured_content["data"])
+        shape = _shape_of(tool, schemas[tool], result.structured_content["data"])
         assert shape is not None, (tool, args, result.structured_content["data"])
     refused = await client.call_tool("Execution", {**scope, "action": {
         "type": "get", "execution_id": "ex_nope"}})

@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tether.guardian.history.records import compact_view
 from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
@@ -37,12 +38,6 @@ if TYPE_CHECKING:
 
 ZERO_TIMEOUT_BUDGET_S = 0.25
 _RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
-
-_COMPACT_FIELDS = (
-    "execution_id", "kind", "status", "exit_code", "reason", "started_unix_ms",
-    "ended_unix_ms", "observed_at_unix_ms", "output_start", "output_end", "output_pending",
-    "output_activity_seq", "generation",
-)
 
 
 def utf8_safe_end(data: bytes) -> int:
@@ -218,8 +213,7 @@ class History:
                     out["execution"] = None
                     out["status"] = "error"
                     continue
-                view = self._live.view(record)
-                out["execution"] = {k: view.get(k) for k in _COMPACT_FIELDS}
+                out["execution"] = compact_view(record, self._live.get(item.execution_id))
                 try:
                     out["page"] = self._page(
                         params, record, item.source, item.page_bytes, item.cursor
@@ -234,7 +228,7 @@ class History:
         result: dict[str, Any] = {"items": items, "catalog_cursor": catalog_cursor}
         if issues:
             result["completed_with_issues"] = True
-        return ObserveResult.model_validate(result)
+        return ObserveResult.built(result)
 
     # -- wait ------------------------------------------------------------------------------
 

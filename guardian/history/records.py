@@ -36,6 +36,25 @@ def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str,
     return view
 
 
+#: The figures of a record that ``exec.observe`` repeats per item (``CompactRecord``).
+COMPACT_FIELDS = (
+    "execution_id", "kind", "status", "exit_code", "reason", "started_unix_ms",
+    "ended_unix_ms", "observed_at_unix_ms", "output_start", "output_end", "output_pending",
+    "output_activity_seq", "generation",
+)
+
+
+def compact_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+    """:data:`COMPACT_FIELDS` of :func:`record_view`, read straight from the row: observe of
+    32 items would otherwise copy every column of every record only to keep 13 of them."""
+    view = {k: record.get(k) for k in COMPACT_FIELDS}
+    if live is not None:
+        view["output_start"] = live.journal.start
+        view["output_end"] = live.journal.end
+        view["output_activity_seq"] = live.activity_seq
+    return view
+
+
 def output_tail(journal: Journal) -> dict[str, Any]:
     """The rendered tail of an execution's output, with the offsets to page the rest."""
     end = journal.end
