@@ -6,8 +6,10 @@ guardian and ``tether guardian`` never loads the MCP stack.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
+from types import ModuleType
 
 #: subcommand -> (module with a ``main(argv)``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -39,9 +41,27 @@ def main(argv: list[str] | None = None) -> int:
     if entry is None:
         print(f"tether: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(entry[0])
+    module = import_frozen(entry[0])
     result: int = module.main(args[1:])
     return result
+
+
+def import_frozen(name: str) -> ModuleType:
+    """Import a subcommand's module with the cyclic collector paused, then freeze what it built.
+
+    Start-up builds ~140k objects that live as long as the process (modules, classes, pydantic
+    and MCP schemas). The collector walked them again and again while they were being built
+    (~50 ms of a ~0.75 s ``tether serve`` start, measured), and would walk them again at every
+    full collection for the life of the process (~40 ms each: a long-lived front-end's worst
+    call). Frozen, they are out of its way. The few cycles start-up leaves behind as garbage
+    (~1.6k objects) are kept instead of collected.
+    """
+    gc.disable()
+    try:
+        return importlib.import_module(name)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 if __name__ == "__main__":
