@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -75,12 +76,19 @@ async def test_observe_rules_and_partial_results(client: Client, workspace: Path
         a["execution_id"], b["execution_id"], b["execution_id"]]
     assert "alpha" in items[0]["page"]["text"]
     assert isinstance(good["data"]["catalog_cursor"], int)
-    # Each item's figures are those of the full record (live output figures included).
-    for item in items[:2]:
-        eid = item["execution"]["execution_id"]
-        record = (await execution(client, session, {"type": "get", "execution_id": eid}))
-        assert item["execution"] == {k: record["data"]["execution"].get(k) for k in COMPACT_FIELDS}
-    assert items[1]["execution"]["output_end"] >= len("beta")
+    # Each item's figures are those of the full record, live output figures included (asked
+    # again until b's output is in and nothing moved between the two reads).
+    deadline = time.monotonic() + 10
+    while True:
+        seen = (await execution(client, session, {"type": "observe", "items": ok_items[:2]}))
+        compact = [item["execution"] for item in seen["data"]["items"]]
+        full = [(await execution(client, session, {"type": "get", "execution_id": c[
+            "execution_id"]}))["data"]["execution"] for c in compact]
+        if compact[1]["output_end"] >= len("beta") and compact == [
+                {k: record.get(k) for k in COMPACT_FIELDS} for record in full]:
+            break
+        assert time.monotonic() < deadline, (compact, full)
+        await anyio.sleep(0.05)
 
     mixed = await execution(client, session, {"type": "observe", "items": [
         ok_items[0], {"execution_id": "ex_missing"}]})
