@@ -23,6 +23,7 @@ from tether.guardian.history.person import PersonDesk
 from tether.guardian.history.reads import History
 from tether.guardian.rpc.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
+from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.modes import ThreadModes
 from tether.protocol import codec
 from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
@@ -67,6 +68,11 @@ IMMEDIATE = frozenset({
     "hello", "exec.get", "exec.list", "exec.read", "exec.screen", "exec.explain",
     "exec.describe", "workspace.list",
 })
+
+#: Methods that also start in the reader callback but may wait: they run eagerly up to their
+#: first wait and move into a task themselves (``runtime/eager.in_task``) before any timeout.
+#: A command is typed without a loop turn first; the turn is taken while the shell runs it.
+EAGER = frozenset({"exec.start"})
 
 #: Time kept back from a request's deadline so the answer reaches the client in time.
 REPLY_MARGIN_S = 0.05
@@ -169,7 +175,7 @@ class GuardianService:
             params = self._admit(request)
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
-            if request.method not in IMMEDIATE:
+            if request.method not in IMMEDIATE and request.method not in EAGER:
                 # The socket runs handlers eagerly, outside any task, until they suspend (see
                 # RouterServer): a method that waits suspends here first, so that all of it
                 # runs in a task of its own, where asyncio.timeout() works.
@@ -288,6 +294,7 @@ class GuardianService:
             lambda claim: self._rt.launcher.start(
                 params, write_timeout_s=min(remaining, 5.0), claim=claim),
         )
+        await in_task()  # typed already (EAGER): this loop turn overlaps the shell's work
         return await self._rt.results.wait(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )

@@ -17,6 +17,7 @@ from typing import Any
 from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import Retention
+from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.inputs import deliver, stale_generation
 from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -99,6 +100,7 @@ class Launcher:
         if params.generation is not None and params.generation != shell.generation:
             raise stale_generation(params.generation, shell.generation)
         if not shell.ready.is_set():
+            await in_task()  # exec.start runs eagerly until it waits (guardian/rpc/service)
             try:
                 await asyncio.wait_for(shell.ready.wait(), SHELL_READY_TIMEOUT_S)
             except TimeoutError:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ptyprocess import PtyProcess
 
 from tether.guardian.runtime import kernel
+from tether.guardian.runtime.eager import in_task
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.identity import ProcessIdentity, boot_id
 
@@ -313,6 +314,7 @@ class PtyRuntime:
                 continue
             except BlockingIOError:
                 pass
+            await in_task()  # the wait below has a timeout (the caller may run eagerly)
             ready: asyncio.Future[None] = loop.create_future()
             loop.add_writer(proc.fd, _resolve, ready)
             try:
