@@ -63,8 +63,16 @@ def decode(frame: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         raise TetherError(code, f"undecodable frame: {exc}") from None
     except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
         raise TetherError(ErrorCode.INVALID_REQUEST, f"undecodable frame: {exc}") from None
-    _check_depth(obj, limits.max_depth)
+    if len(frame.translate(None, _NOT_CONTAINER_HEADERS)) > limits.max_depth:
+        _check_depth(obj, limits.max_depth)
     return obj
+
+
+# Every map or array starts with one byte of these values (fixmap, fixarray, array 16/32,
+# map 16/32; ext types are refused), so a frame with no more such bytes than the depth limit
+# cannot nest deeper than it: counting them (in C) spares almost every frame the walk.
+_CONTAINER_HEADERS = frozenset([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
+_NOT_CONTAINER_HEADERS = bytes(b for b in range(256) if b not in _CONTAINER_HEADERS)
 
 
 def _check_depth(obj: Any, max_depth: int) -> None:

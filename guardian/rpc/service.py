@@ -98,7 +98,9 @@ class GuardianService:
         self._ledger = IdempotencyLedger(runtime.catalog)
         self.instance_id = instance_id
         self.identity = identity
-        self._auth = auth_token
+        self._auth = auth_token.encode()
+        # hello's answer depends only on the client's range: built once per range.
+        self._hellos: dict[tuple[tuple[int, int], tuple[int, int]], HelloResult] = {}
         self.version = version
         self.capabilities = capabilities
         self.clock = clock
@@ -198,7 +200,7 @@ class GuardianService:
 
     def _admit(self, request: Request) -> Params:
         """Every check that must pass before a handler may act (R6-R9)."""
-        if not hmac.compare_digest(request.auth.encode(), self._auth.encode()):
+        if not hmac.compare_digest(request.auth.encode(), self._auth):
             raise TetherError(ErrorCode.UNAUTHORIZED, "bad auth token")
         if request.version.major != MAJOR:
             raise TetherError(
@@ -246,6 +248,10 @@ class GuardianService:
 
     async def hello(self, request: Request, params: HelloParams) -> HelloResult:
         """Handshake (R7): version chosen, identity, capabilities."""
+        key = (params.client_min, params.client_max)
+        known = self._hellos.get(key)
+        if known is not None:
+            return known
         lo, hi = Version(*params.client_min), Version(*params.client_max)
         if not lo.major <= MAJOR <= hi.major:
             raise TetherError(
@@ -254,7 +260,7 @@ class GuardianService:
                 {"client_range": [str(lo), str(hi)], "guardian_range": ["1.0", str(self.version)]},
             )
         chosen = min(self.version, hi) if hi.major == MAJOR else self.version
-        return HelloResult.model_validate({
+        result = self._hellos[key] = HelloResult.model_validate({
             "version": [chosen.major, chosen.minor],
             "guardian_protocol": str(self.version),
             "instance_id": self.instance_id,
@@ -263,6 +269,7 @@ class GuardianService:
             "workspace_root": self._rt.scope.workspace_root,
             "principal": self._rt.scope.principal,
         })
+        return result
 
     async def shutdown(self, request: Request, params: ShutdownParams) -> ShutdownResult:
         running = self._rt.live.ids()
