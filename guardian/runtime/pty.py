@@ -31,7 +31,7 @@ from tether.shared.identity import ProcessIdentity, boot_id
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 256 * 1024
+PTY_READ_CHUNK = 256 * 1024
 #: Most bytes one reader wake-up takes before it lets the loop run something else. Passing a
 #: burst on (the query scan, the journal write) costs about 4 ms per MiB on top of reading it:
 #: a quarter of that keeps every reader callback near the 2 ms budget below.
@@ -168,7 +168,7 @@ class PtyRuntime:
         until = clock() + READ_BUDGET_S
         while total < READ_BURST and clock() < until:
             try:
-                data = os.read(proc.fd, READ_CHUNK)
+                data = os.read(proc.fd, PTY_READ_CHUNK)
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -218,7 +218,7 @@ class PtyRuntime:
             return
         while True:
             try:
-                data = os.read(proc.fd, READ_CHUNK)
+                data = os.read(proc.fd, PTY_READ_CHUNK)
             except BlockingIOError:
                 return  # nothing more now
             except OSError:  # EIO: no writer left
