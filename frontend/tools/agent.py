@@ -22,7 +22,7 @@ from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_LIST_LIMIT, RPC_SLACK_S
 from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
-from tether.protocol.results import Result
+from tether.protocol.results import ExplainResult, GetResult, Recognition, Result
 from tether.protocol.versions import Capability
 
 
@@ -68,10 +68,10 @@ class AgentTool(Tool):
 
         async def recognition(execution_id: str) -> dict[str, Any]:
             """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
-            explained = await call(root, "exec.explain", {
+            explained: ExplainResult = await session.locator.call(root, "exec.explain", {
                 **scope, "execution_id": execution_id, "recognizer": args.recognizer},
                 timeout_s=RPC_SLACK_S)
-            return _summary(explained["recognition"])
+            return _summary(explained.recognition)
 
         if args.action == "list":
             data = await call(root, "exec.list", {**scope, "limit": min(args.limit, MAX_LIST_LIMIT),
@@ -154,16 +154,17 @@ async def _lifecycle_action(session: Session, args: AgentArgs, root: str) -> boo
         return args.parent is not None or args.include_archived
     if args.action == "get" and args.target and await _has_lifecycle(session, root):
         # A managed agent's record with its events; an observed agent CLI is an execution.
-        record = await session.locator.call(root, "exec.get", {
+        record: GetResult = await session.locator.call(root, "exec.get", {
             "principal": session.principal, "workspace_root": root,
             "thread_id": args.thread_id, "execution_id": args.target}, timeout_s=RPC_SLACK_S)
-        return bool(record.wire()["execution"]["kind"] == "agent")
+        return record.execution.kind == "agent"
     return False
 
 
-def _summary(recognition: dict[str, Any]) -> dict[str, Any]:
-    return {key: recognition.get(key)
-            for key in ("state", "attention", "rule", "recognizer", "reason")}
+def _summary(recognition: Recognition) -> dict[str, Any]:
+    return {"state": recognition.state, "attention": recognition.attention,
+            "rule": recognition.rule, "recognizer": recognition.recognizer,
+            "reason": recognition.reason}
 
 
 def _state_text(recognition: dict[str, Any]) -> str:
