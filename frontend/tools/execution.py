@@ -73,7 +73,7 @@ class ExecutionTool(Tool):
             timeout_ms = int(action.timeout_seconds * 1000)
             observed: ObserveResult = await call(
                 root, "exec.observe",
-                {**scope, "items": [item.model_dump() for item in action.items],
+                {**scope, "items": action.model_dump(include={"items"})["items"],  # one pass
                  "timeout_ms": timeout_ms},
                 timeout_s=(timeout_ms / 1000 or 0.25) + RPC_SLACK_S,
             )
