@@ -71,7 +71,7 @@ def screen_line(raw: bytes) -> SessionMessage | Reply | None:
     if not text.strip():
         return None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         return _error(_sniff_id(text), types.PARSE_ERROR, f"Parse error: {exc}")
     if not isinstance(obj, dict):
@@ -138,6 +138,10 @@ def _sniff_id(text: str) -> str | int | None:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
+
+
+#: One decoder for every line (``json.loads`` with an option builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:
