@@ -49,32 +49,23 @@ class Writer(Protocol):
     def close(self) -> None: ...
 
 
-async def _until(register: Callable[..., None], unregister: Callable[[int], object],
-                 fd: int) -> None:
-    """Wait until the loop reports ``fd`` ready (``add_reader``/``add_writer``)."""
-    future = asyncio.get_running_loop().create_future()
-    register(fd, _wake, future)
-    try:
-        await future
-    finally:
-        unregister(fd)
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 class LoopReader:
-    """A non-blocking pipe or socket read from the event loop."""
+    """A non-blocking pipe or socket read from the event loop.
+
+    The descriptor stays registered with the loop between reads (not added and removed
+    around each one: two ``epoll_ctl`` calls per message). Readiness is level-triggered, so
+    when it fires while nobody is reading (a burst being worked through) the registration
+    is dropped until the next read, instead of firing on every loop turn.
+    """
 
     def __init__(self, fd: int, recv: Callable[[], bytes], close: Callable[[], None]) -> None:
         self._fd = fd
         self._recv = recv
         self._close = close
+        self._loop: asyncio.AbstractEventLoop | None = None  # watching fd, when set
+        self._waiter: asyncio.Future[None] | None = None
 
     async def read(self) -> bytes:
-        loop = asyncio.get_running_loop()
         while True:
             try:
                 return self._recv()
@@ -83,9 +74,31 @@ class LoopReader:
             except OSError as exc:  # a reset connection is the end of the input
                 log.info("stdin read failed (%s): treating it as the end of input", exc)
                 return b""
-            await _until(loop.add_reader, loop.remove_reader, self._fd)
+            loop = asyncio.get_running_loop()
+            if self._loop is not loop:
+                self._unwatch()
+                loop.add_reader(self._fd, self._readable)
+                self._loop = loop
+            self._waiter = loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _readable(self) -> None:
+        if self._waiter is None:
+            self._unwatch()  # nobody is reading: stop until someone does
+        elif not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _unwatch(self) -> None:
+        if self._loop is not None:
+            if not self._loop.is_closed():
+                self._loop.remove_reader(self._fd)
+            self._loop = None
 
     def close(self) -> None:
+        self._unwatch()
         self._close()
 
 
