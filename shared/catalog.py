@@ -162,7 +162,22 @@ TERMINAL_STATUSES = ("exited", "unknown")
 
 
 def _decode_row(row: sqlite3.Row) -> dict[str, Any]:
-    record = dict(row)
+    return _decode_fields(dict(row))
+
+
+def _sql_literal(text: str | None) -> Any:
+    """A column's declared default (``PRAGMA table_info``) as the value SQLite stores."""
+    if text is None or text.upper() == "NULL":
+        return None
+    if text.startswith("'") and text.endswith("'"):
+        return text[1:-1].replace("''", "'")
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _decode_fields(record: dict[str, Any]) -> dict[str, Any]:
     for column in _JSON_COLUMNS:
         if column in record and record[column] is not None:
             record[column] = json.loads(record[column])
@@ -185,9 +200,14 @@ def _as_read(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# json.dumps with options builds an encoder per call; these are built once (same output).
+_COMPACT_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_PLAIN = json.JSONEncoder()
+
+
 def _encode_value(column: str, value: Any) -> Any:
     if column in _JSON_COLUMNS and value is not None:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return _COMPACT_SORTED.encode(value)
     if column in _BOOL_COLUMNS:
         return int(bool(value))
     return value
@@ -213,6 +233,11 @@ class Catalog:
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?), ('change_seq', 0)",
             (SCHEMA_VERSION,),
         )
+        # Every column of an execution row with its default, in column order, as read.
+        self._defaults = _decode_fields({
+            str(column[1]): _sql_literal(column[4])
+            for column in self._db.execute("PRAGMA table_info(executions)")
+        })
 
     def _migrate(self) -> None:
         """Bring a catalog of an older schema up to this one, keeping every row.
@@ -323,11 +348,12 @@ class Catalog:
 
     # -- executions ----------------------------------------------------------------------
 
-    def insert_execution(self, record: dict[str, Any]) -> None:
+    def insert_execution(self, record: dict[str, Any]) -> dict[str, Any]:
         """Insert a new record; stamps ``observed_at_unix_ms`` and ``change_seq``.
 
-        Returns nothing: the caller has the fields, and reading the row back cost a command
-        a query and a decode on its way to the terminal.
+        Returns the record as a read would return it, built from the fields and the columns'
+        defaults instead of read back (a query and a decode less on a command's way to its
+        terminal); pass it as ``last_read`` to :meth:`write_execution_or_keep`.
         """
         with self.transaction():
             fields = dict(record)
@@ -335,31 +361,45 @@ class Catalog:
             fields["change_seq"] = self._bump()
             columns = ", ".join(fields)
             marks = ", ".join("?" for _ in fields)
-            self._db.execute(
-                f"INSERT INTO executions ({columns}) VALUES ({marks})",
+            row = self._db.execute(
+                f"INSERT INTO executions ({columns}) VALUES ({marks}) RETURNING seq",
                 [_encode_value(k, v) for k, v in fields.items()],
-            )
+            ).fetchone()
+        return {**self._defaults, **_as_read(fields), "seq": int(row[0])}
 
     def update_execution_or_keep(self, execution_id: str, **fields: Any) -> bool:
         """:meth:`update_execution` that survives a failing disk: when the write fails, the
         fields are kept in memory, every read of this catalog object shows them, and
         :meth:`write_kept` writes them later. Returns whether they are on disk now."""
-        return self.write_execution_or_keep(execution_id, **fields)[0]
+        return self._write_or_keep(execution_id, fields, whole=False, last_read=None)[0]
 
     def write_execution_or_keep(
-        self, execution_id: str, **fields: Any
+        self, execution_id: str, *, last_read: dict[str, Any] | None = None, **fields: Any
     ) -> tuple[bool, dict[str, Any] | None]:
         """:meth:`update_execution_or_keep`, also returning the whole record as written
         (None when the write was kept for later, or there is no such record): an end
-        reported right after it is written needs no read of its own."""
+        reported right after it is written needs no read of its own.
+
+        ``last_read``: the whole record as this process last wrote or read it (what
+        :meth:`insert_execution` returned). While the stored ``change_seq`` still equals its
+        own, nothing else has written the row since, and only the columns being written are
+        read; otherwise the whole row is.
+        """
+        return self._write_or_keep(execution_id, fields, whole=True, last_read=last_read)
+
+    def _write_or_keep(
+        self, execution_id: str, fields: dict[str, Any], *, whole: bool,
+        last_read: dict[str, Any] | None,
+    ) -> tuple[bool, dict[str, Any] | None]:
         merged = {**self._kept.pop(execution_id, {}), **fields}
         try:
-            current = self._write_execution(execution_id, merged, whole=True)
+            current = self._write_execution(execution_id, merged, whole=whole,
+                                            last_read=last_read)
         except (sqlite3.Error, OSError) as exc:
             self._kept[execution_id] = merged
             self.storage_error = exc
             return False, None
-        return True, None if current is None else self._overlay(current)
+        return True, None if current is None or not whole else self._overlay(current)
 
     def write_kept(self) -> bool:
         """Try to write every kept update; True when none is left."""
@@ -390,14 +430,22 @@ class Catalog:
         return self.get_execution(execution_id)
 
     def _write_execution(
-        self, execution_id: str, fields: dict[str, Any], *, whole: bool = False
+        self, execution_id: str, fields: dict[str, Any], *, whole: bool = False,
+        last_read: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """The write of :meth:`update_execution`, without reading the record back; returns
         the stored fields it compared against (None: no such record), or with ``whole``
-        the whole record as it is stored now."""
+        the whole record as it is stored now (see :meth:`write_execution_or_keep`)."""
         with self.transaction():
-            current = (self._stored_execution(execution_id) if whole
-                       else self._stored_fields(execution_id, fields))
+            if whole and last_read is None:
+                current = self._stored_execution(execution_id)
+            else:
+                current = self._stored_fields(execution_id, {**fields, "change_seq": None})
+                if whole and current is not None:
+                    assert last_read is not None
+                    current = ({**last_read, **current}
+                               if current["change_seq"] == last_read.get("change_seq")
+                               else self._stored_execution(execution_id))
             if current is None:
                 return None
             changed = {k: v for k, v in fields.items() if current.get(k) != v}
@@ -633,7 +681,7 @@ class Catalog:
     ) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
-            (principal, key, method, fingerprint, json.dumps(result), self.clock.now_ms()),
+            (principal, key, method, fingerprint, _PLAIN.encode(result), self.clock.now_ms()),
         )
 
     def forget_results_before(self, unix_ms: int) -> None:

@@ -4,13 +4,17 @@ main-shell command drawn after the reply — with every promise of the slower pa
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tether.frontend.guardians import GuardianLocator
+from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import Retention, RetentionLimits
 from tether.guardian.rpc.idempotency import IdempotencyLedger
@@ -125,11 +129,24 @@ async def test_a_deliverer_that_never_claims_records_no_outcome(tmp_path: Path) 
 # -- the catalog writes an end without reading it back --------------------------------------
 
 
-def test_the_record_returned_by_a_write_is_the_record_read_back(tmp_path: Path) -> None:
+def test_records_returned_by_writes_are_the_records_read_back(tmp_path: Path) -> None:
     catalog = Catalog(tmp_path / "c.sqlite3")
-    catalog.insert_execution(_record("ex_1"))
+    inserted = catalog.insert_execution(_record("ex_1"))
+    assert inserted == catalog.get_execution("ex_1")
+    assert list(inserted) == list(catalog.get_execution("ex_1") or {})  # column order too
+    end = {"status": "exited", "exit_code": 0, "ended_unix_ms": 5, "output_end": 3}
+    # Written against the inserted record (only the written columns are read)...
+    assert catalog.write_execution_or_keep("ex_1", last_read=inserted, **end) == (
+        True, catalog.get_execution("ex_1"))
+    # ...and against a stale one: someone else wrote the row since, so it is read whole.
+    catalog.insert_execution(_record("ex_2"))
+    stale = catalog.get_execution("ex_2")
+    catalog.update_execution("ex_2", labels={"set": "elsewhere"})
+    written, record = catalog.write_execution_or_keep("ex_2", last_read=stale, **end)
+    assert record == catalog.get_execution("ex_2")
+    assert record is not None and record["labels"] == {"set": "elsewhere"}
     written, record = catalog.write_execution_or_keep(
-        "ex_1", status="exited", exit_code=0, ended_unix_ms=5, output_end=3,
+        "ex_1", status="exited", exit_code=0, ended_unix_ms=6, output_end=3,
         runtime={"pid": 1, "create_time": 2.5, "orphan": {"pid": 1}}, output_pending=1,
         screen_text="hi")
     assert written
@@ -231,3 +248,23 @@ def test_pruning_deletes_exactly_the_victims_journals(tmp_path: Path) -> None:
     assert retention.prune_thread("th", protect=set()) == ["ex_1"]
     assert not list(paths.journals.glob("ex_1.*"))
     assert list(paths.journals.glob("ex_10.*")) and list(paths.journals.glob("ex_11.*"))
+
+
+# -- recovery advice skips shlex for commands that cannot launch an agent ---------------------
+
+
+@given(st.text(alphabet="claudeodx '\"\\/-|;", max_size=24))
+@example("cl'au'de --resume x")
+@example('c"odex" resume')
+@example("cla\\ude")
+@example("/bin/codex")
+@example("echo claude; ls")
+@example("cl'a ude")
+def test_recovery_advice_shortcut_never_hides_a_launch(command: str) -> None:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    names = ("claude", "codex")
+    launches = any(w in names or w.rsplit("/", 1)[-1] in names for w in words)
+    assert (recovery_advice(command) is not None) == launches

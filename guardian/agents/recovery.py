@@ -30,8 +30,17 @@ def _advice(kind: str, command: str | None = None, reason: str | None = None) ->
     return advice
 
 
+#: Quotes and backslashes: what shlex removes when it joins a word from its pieces.
+_UNQUOTE = str.maketrans("", "", "'\"\\")
+
+
 def recovery_advice(command: str) -> dict[str, Any] | None:
     """Advice for ``command``, or None when it does not launch a supported agent at all."""
+    unquoted = command.translate(_UNQUOTE)
+    if not any(program in unquoted for program in _PROGRAMS):
+        # No word can be a program's name (a word's letters stand together once quotes and
+        # escapes are gone): every command that is not an agent launch skips shlex.
+        return None
     try:
         words = shlex.split(command)
     except ValueError:

@@ -120,8 +120,12 @@ def _replay(method: str, fingerprint: str, stored: tuple[str, str, Any]) -> dict
     return {**outcome, "replayed": True}
 
 
+#: json.dumps(sort_keys=True, separators=(",", ":")), built once instead of per call.
+_COMPACT_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _fingerprint(method: str, params: BaseModel) -> str:
     """What makes two requests "the same" for idempotency (waits do not)."""
     data = params.model_dump(mode="json", exclude={"wait_ms"})
-    blob = json.dumps([method, data], sort_keys=True, separators=(",", ":"))
+    blob = _COMPACT_SORTED.encode([method, data])
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -136,7 +136,7 @@ class Finisher:
         if text is not None:
             fields["screen_text"] = _screen_text(text)
         written, live.ended_record = self._catalog.write_execution_or_keep(
-            live.execution_id, **fields)
+            live.execution_id, last_read=live.inserted_record, **fields)
         live.exit_code = exit_code
         live.journal.close()
         if live.journal.unwritten:

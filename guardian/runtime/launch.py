@@ -68,6 +68,7 @@ class Launcher:
         self._scope = scope
         self._catalog = catalog
         self._paths = paths
+        self._journals = paths.journals  # a Path built per access: once here
         self._clock = clock
         self._instance_id = instance_id
         self._live = live
@@ -130,7 +131,7 @@ class Launcher:
         await deliver(live, line.encode(), write_timeout_s)
         # While the shell reads the line and runs it, create the journal's file (the first
         # output would otherwise wait for it: a new directory entry costs tens of µs).
-        _create_journal_file(self._paths.journals, live.execution_id)
+        _create_journal_file(self._journals, live.execution_id)
         return {"execution_id": live.execution_id, "input_sent": True}
 
     async def _start_background(
@@ -193,7 +194,7 @@ class Launcher:
         identity = runtime.identity.to_dict() if runtime.identity else None
         with self._catalog.transaction():  # the key and the record: one commit
             claim()
-            self._catalog.insert_execution({
+            inserted = self._catalog.insert_execution({
                 "execution_id": execution_id,
                 "principal": self._scope.principal,
                 "workspace_root": self._scope.workspace_root,
@@ -219,9 +220,10 @@ class Launcher:
             thread_id=thread["thread_id"],
             kind=kind,
             generation=generation,
-            journal=Journal(self._paths.journals, execution_id, new=True),
+            journal=Journal(self._journals, execution_id, new=True),
             runtime=runtime,
             screen=screen,
+            inserted_record=inserted,
         )
         self._live.add(live)
         self._retention.prune_soon(thread["thread_id"], self._live.protected)

@@ -33,6 +33,9 @@ class LiveExecution:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     exit_code: int | None = None
     activity_seq: int = 0
+    #: The whole record as this guardian inserted it (Catalog.insert_execution): its end is
+    #: written against it without reading the row first, unless the row changed since.
+    inserted_record: dict[str, Any] | None = None
     #: The whole record as its end was written (None until then, or when the disk refused
     #: it): what the reply to the request that waited for the end reports.
     ended_record: dict[str, Any] | None = None
