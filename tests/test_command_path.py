@@ -24,6 +24,7 @@ from tether.guardian.runtime.pty import ExitStatus
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecStartParams
+from tether.shared import catalog as catalog_module
 from tether.shared.catalog import Catalog
 from tether.shared.config import Config
 from tether.shared.paths import GuardianPaths
@@ -129,7 +130,10 @@ async def test_a_deliverer_that_never_claims_records_no_outcome(tmp_path: Path) 
 # -- the catalog writes an end without reading it back --------------------------------------
 
 
-def test_records_returned_by_writes_are_the_records_read_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "sqlite-before-3.35"])
+def test_records_returned_by_writes_are_the_records_read_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, returning: bool) -> None:
+    monkeypatch.setattr(catalog_module, "_RETURNING", returning)
     catalog = Catalog(tmp_path / "c.sqlite3")
     inserted = catalog.insert_execution(_record("ex_1"))
     assert inserted == catalog.get_execution("ex_1")
