@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tether.shared.clock import Clock
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 
@@ -160,6 +164,14 @@ _JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery", "argv")
 _BOOL_COLUMNS = ("output_pending", "auto_archive", "notify_on_finish")
 TERMINAL_STATUSES = ("exited", "unknown")
 
+#: How often the background checkpointer looks at the log, and after how many
+#: transactions it is woken early (about 20 pages each for a command: ~1000 pages, SQLite's
+#: own threshold).
+CHECKPOINT_EVERY_S = 1.0
+CHECKPOINT_COMMITS = 48
+#: Log pages at which a commit checkpoints by itself all the same (SQLite's default: 1000).
+CHECKPOINT_VALVE_PAGES = 4000
+
 
 def _decode_row(row: sqlite3.Row) -> dict[str, Any]:
     return _decode_fields(dict(row))
@@ -225,6 +237,7 @@ class Catalog:
         # Execution updates the disk refused, shown by reads until written (write_kept).
         self._kept: dict[str, dict[str, Any]] = {}
         self.storage_error: BaseException | None = None
+        self._checkpointer: _Checkpointer | None = None
         self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
         path.chmod(0o600)
@@ -259,6 +272,20 @@ class Catalog:
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema' AND value < ?",
                              (SCHEMA_VERSION, SCHEMA_VERSION))
 
+    def checkpoint_in_background(self, every_s: float = CHECKPOINT_EVERY_S) -> None:
+        """Copy the write-ahead log into the database from a thread of its own, instead of
+        inside whichever commit crosses SQLite's threshold (a checkpoint syncs the disk
+        twice: milliseconds, tens of them on a busy disk, once every few dozen commands).
+
+        For the guardian, the catalog's one writer. Once it has committed
+        :data:`CHECKPOINT_COMMITS` transactions, commits no longer checkpoint (unless the log
+        outgrows :data:`CHECKPOINT_VALVE_PAGES`); the thread does, every ``every_s`` and
+        after every :data:`CHECKPOINT_COMMITS` transactions, in PASSIVE mode (it never waits
+        for, nor blocks, this connection's writes).
+        """
+        if self._checkpointer is None:
+            self._checkpointer = _Checkpointer(self._db, self.path, every_s)
+
     @property
     def connection(self) -> sqlite3.Connection:
         """The SQLite connection, for the agent store (``agent_store``) that shares it."""
@@ -270,7 +297,10 @@ class Catalog:
         return _decode_row(row)
 
     def close(self) -> None:
-        self._db.close()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
+        self._db.close()  # the last connection to close checkpoints what is left
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -288,6 +318,8 @@ class Catalog:
         try:
             yield
             self._db.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
         except BaseException:
             if self._db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
@@ -692,6 +724,69 @@ class Catalog:
 
     def forget_results_before(self, unix_ms: int) -> None:
         self._db.execute("DELETE FROM idempotency WHERE created_unix_ms < ?", (unix_ms,))
+
+
+class _Checkpointer:
+    """A thread with a connection of its own that runs PASSIVE checkpoints.
+
+    SQLite's calls release the GIL, so the syncs happen beside the event loop. Failures (a
+    full disk) are logged and tried again at the next turn; the log keeps every commit
+    meanwhile, so nothing is lost, it only grows.
+    """
+
+    def __init__(self, writer: sqlite3.Connection, path: Path, every_s: float) -> None:
+        self._writer = writer
+        self._path = path
+        self._every_s = every_s
+        self._wake = threading.Event()
+        self._stopping = False
+        self._commits = 0
+        # Started at the first CHECKPOINT_COMMITS transactions: an idle guardian (SPEC §11
+        # resident memory) keeps SQLite's own checkpoints and no thread.
+        self._thread: threading.Thread | None = None
+
+    def committed(self) -> None:
+        """A transaction was committed (called by the writer)."""
+        self._commits += 1
+        if self._commits < CHECKPOINT_COMMITS:
+            return
+        self._commits = 0
+        if self._thread is None:
+            # From now on commits do not checkpoint, except as a safety valve: should the
+            # thread never catch up with a flood of writes (the log restarts only once it is
+            # wholly copied when a write begins), a commit checkpoints once the log is this
+            # long.
+            self._writer.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_VALVE_PAGES}")
+            self._thread = threading.Thread(target=self._run, name="catalog-checkpoint",
+                                            daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(self._path, isolation_level=None, timeout=10.0)
+        except sqlite3.Error as exc:
+            log.warning("catalog checkpointer could not open %s: %s", self._path, exc)
+            return
+        try:
+            db.execute("PRAGMA cache_size=-256")  # it only copies pages: little cache
+            while not self._stopping:
+                self._wake.wait(self._every_s)
+                self._wake.clear()
+                if self._stopping:
+                    break
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                except sqlite3.Error as exc:
+                    log.warning("catalog checkpoint failed (tried again later): %s", exc)
+        finally:
+            db.close()
 
 
 def peek_thread(path: Path, thread_id: str) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from tests.helpers import poll
 from tether.frontend.guardians import GuardianLocator
 from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
@@ -272,3 +274,32 @@ def test_recovery_advice_shortcut_never_hides_a_launch(command: str) -> None:
     names = ("claude", "codex")
     launches = any(w in names or w.rsplit("/", 1)[-1] in names for w in words)
     assert (recovery_advice(command) is not None) == launches
+
+
+# -- checkpoints beside the loop --------------------------------------------------------------
+
+
+def test_checkpoints_move_to_a_thread_once_the_catalog_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+    catalog = Catalog(path)
+    catalog.checkpoint_in_background(every_s=0.05)
+
+    def checkpointers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "catalog-checkpoint"]
+
+    before = len(checkpointers())  # other tests' catalogs may be open in this process
+    for i in range(catalog_module.CHECKPOINT_COMMITS - 1):
+        with catalog.transaction():
+            catalog.insert_execution(_record(f"ex_{i}"))
+    assert len(checkpointers()) == before  # an idle guardian keeps no thread
+    db_size = path.stat().st_size
+    with catalog.transaction():
+        catalog.insert_execution(_record("ex_last"))
+    assert len(checkpointers()) == before + 1
+    valve = catalog.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    assert valve == catalog_module.CHECKPOINT_VALVE_PAGES
+    # The thread copies the log into the database file (commits no longer do).
+    assert poll(lambda: path.stat().st_size > db_size or None, timeout=10)
+    assert len(catalog.list_executions("th", 100)) == catalog_module.CHECKPOINT_COMMITS
+    catalog.close()
+    assert len(checkpointers()) == before

@@ -105,6 +105,7 @@ class Guardian:
     async def _main(self) -> None:
         os.umask(0o077)
         catalog = Catalog(self.paths.catalog, self.clock)
+        catalog.checkpoint_in_background()  # no commit on the loop waits for a disk sync
         lost = reconcile_lost(catalog, self.paths.journals, except_owner=self.instance_id)
         if lost:
             log.warning("records of an earlier guardian marked unknown: %s", lost)
