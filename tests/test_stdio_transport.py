@@ -255,3 +255,20 @@ def test_this_sdk_serves_without_the_relay_task() -> None:
     # When an SDK upgrade renames its serving loops, serve() quietly falls back to
     # Server.run (two more task switches per request): this says so.
     assert stdio._sdk_serving_loops() is not None
+
+
+def test_a_client_that_stops_reading_replies_ends_the_session_cleanly(
+    tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
+) -> None:
+    log_path, log = stderr_log
+    proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
+    proc.stdin.flush()
+    assert "result" in Lines(proc.stdout.read1).next()
+    proc.stdout.close()  # replies now fail with EPIPE: the server must carry on reading
+    proc.stdin.write(b"".join(_ping(rid) for rid in range(1, 50)))
+    proc.stdin.close()
+    assert _stop(proc) == 0  # the end of stdin still ends it, quietly
+    text = log_path.read_text()
+    assert LOOP in text and "the client is gone" in text and "Traceback" not in text
