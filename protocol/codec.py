@@ -32,7 +32,7 @@ DEFAULT_LIMITS = DecodeLimits()
 
 def encode(obj: Any) -> bytes:
     """Encode a message; bytes stay bytes and strings stay UTF-8 strings."""
-    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    data: bytes = msgpack.packb(obj)  # msgpack >= 1.0: use_bin_type=True is the default
     return data
 
 

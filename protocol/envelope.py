@@ -61,8 +61,9 @@ def parse_request(obj: Any) -> Request:
     if not isinstance(obj, dict):
         raise TetherError(ErrorCode.INVALID_REQUEST, "request envelope must be a map")
     v = obj.get("v")
-    if not (
-        isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and x >= 0 for x in v)
+    if not (  # every request passes here: plain checks, no generator
+        type(v) is list and len(v) == 2 and isinstance(v[0], int) and isinstance(v[1], int)
+        and v[0] >= 0 and v[1] >= 0
     ):
         raise TetherError(ErrorCode.INVALID_REQUEST, "envelope field v must be [major, minor]")
     rid = obj.get("id")
