@@ -93,7 +93,9 @@ class Finisher:
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
 
     def _draw_final(self, live: LiveExecution) -> None:
-        """The screen text of an execution whose end is already persisted."""
+        """The screen text of an execution whose end is already persisted (and the close of
+        its journal, kept open for the reply to read the output's tail through)."""
+        live.journal.close()
         try:
             text = live.screen.snapshot().text
         except Exception:  # a broken emulator must not break the shell's output path
@@ -138,7 +140,8 @@ class Finisher:
         written, live.ended_record = self._catalog.write_execution_or_keep(
             live.execution_id, last_read=live.inserted_record, **fields)
         live.exit_code = exit_code
-        live.journal.close()
+        if after_done is None:
+            live.journal.close()  # else after the reply, which reads its tail through it
         if live.journal.unwritten:
             self._unflushed.append(live.journal)
         if not written or live.journal.unwritten:
