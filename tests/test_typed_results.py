@@ -15,7 +15,14 @@ from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
 from tether.frontend.outputs import SHAPES, describe
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import METHODS
-from tether.protocol.results import RESULTS, ExecResult, ObserveResult, read_result
+from tether.protocol.results import (
+    RESULTS,
+    ExecResult,
+    ObserveResult,
+    Page,
+    PageSlice,
+    read_result,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -47,10 +54,33 @@ def test_a_reply_the_guardian_built_goes_out_as_it_was_built() -> None:
     assert (built.catalog_cursor, built.completed_with_issues) == (7, True)
     assert built.model_extra == {"hint": "new"}
     # Unchecked on the guardian's side; the front-end's read of it checks it.
-    assert read_result("exec.observe", wire).items[0].page.text == "hi"  # type: ignore[attr-defined]
-    with pytest.raises(TetherError) as caught:
-        read_result("exec.observe", {**wire, "items": [{"status": "ok"}]})
-    assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH
+    read = read_result("exec.observe", wire)
+    assert isinstance(read, ObserveResult) and read.items[0]["page"]["text"] == "hi"
+    item = wire["items"][0]  # type: ignore[index]
+    bad_page = {**item, "page": {**item["page"], "start": "zero"}}
+    for wrong in ([{"status": "ok"}], [bad_page], [{**item, "errors": [{"code": "x"}]}]):
+        with pytest.raises(TetherError) as caught:
+            read_result("exec.observe", {**wire, "items": wrong})
+        assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH, wrong
+
+
+def test_observe_items_are_typed_maps_that_keep_what_they_do_not_name() -> None:
+    # Maps, not models (32 items would be 97 models per call), checked all the same.
+    newer = {"errors": [{"code": "c", "message": "m", "hint": 1}], "status": "ok",
+             "execution": {"execution_id": "ex_1", "cpu_ms": 5},
+             "page": {"text": "t", "start": 0, "end": 1, "has_more": False, "next_cursor": "c",
+                      "encoding": "utf-8"}, "extra": True}
+    read = read_result("exec.observe", {"items": [newer], "catalog_cursor": 1})
+    assert isinstance(read, ObserveResult) and read.items == [newer]
+    # An item's page is a Page as ReadResult has it: the same keys, the same required ones.
+    assert set(PageSlice.__annotations__) == set(Page.model_fields)
+    minimal = {"text": "t", "start": 0, "end": 1, "has_more": False, "next_cursor": "c"}
+    assert set(minimal) == {name for name, f in Page.model_fields.items() if f.is_required()}
+    pages = TypeAdapter(PageSlice)
+    assert pages.validate_python(minimal) == minimal
+    for key in minimal:
+        with pytest.raises(ValidationError):
+            pages.validate_python({k: v for k, v in minimal.items() if k != key})
 
 
 def test_a_reply_of_another_shape_is_refused() -> None:

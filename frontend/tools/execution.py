@@ -110,7 +110,7 @@ class ExecutionTool(Tool):
 def _observe_text(observed: ObserveResult) -> str:
     parts = []
     for item in observed.items:
-        execution, page = item.execution, item.page
-        parts.append(f"## {execution.execution_id if execution else None} "
-                     f"{execution.status if execution else None}\n{page.text if page else ''}")
+        execution, page = item.get("execution") or {}, item.get("page")
+        parts.append(f"## {execution.get('execution_id')} {execution.get('status')}\n"
+                     f"{page['text'] if page else ''}")
     return "\n".join(parts)
