@@ -26,6 +26,7 @@ from tether.guardian.runtime.pty import ExitStatus
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecStartParams
+from tether.protocol.results import ExecResult, ExecutionRecord
 from tether.shared import catalog as catalog_module
 from tether.shared.catalog import Catalog
 from tether.shared.config import Config
@@ -217,6 +218,14 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
                                     timeout_s=10)
             return str(got.execution.screen_text or "")
 
+        # The reply goes out as the guardian built it, unchecked there: it is what the
+        # front-end's model reads (every field of the record, none it does not know).
+        raw = await handle.client.call("exec.start", {
+            **scope, "command": "echo gamma", "idempotency_key": "gamma", "wait_ms": 5000},
+            timeout_s=10)
+        assert ExecResult.model_validate(raw).wire() == raw
+        assert set(raw["execution"]) <= set(ExecutionRecord.model_fields)
+        assert (raw["execution"]["status"], raw["output"]["text"].strip()) == ("exited", "gamma")
         first, second = await screen_of(ids[0]), await screen_of(ids[1])
         # Each record keeps the screen as its command left it: the next command's line and
         # output came after that draw.

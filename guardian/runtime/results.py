@@ -42,10 +42,17 @@ class Results:
         self._threads = threads
         self._notifier = notifier
 
-    def result(self, execution_id: str, was_live: LiveExecution | None = None) -> ExecResult:
+    def result(
+        self, execution_id: str, was_live: LiveExecution | None = None, *, sent: bool = False
+    ) -> ExecResult:
         """Record, rendered output tail, and the thread's current cwd. ``was_live``: the
         execution's live entry from before a wait, whose journal stays readable after the
-        end (opening the journal afresh would list the journals directory)."""
+        end (opening the journal afresh would list the journals directory).
+
+        ``sent``: the reply goes out as it is (Result.built: assembled from the guardian's
+        own rows, checked by the front-end's read_result), not checked here a first time.
+        Otherwise it is a validated model the caller may read and change.
+        """
         live = self._live.get(execution_id)
         # An end just written (the usual reply to exec.start) is reported as written,
         # without reading it back.
@@ -58,11 +65,12 @@ class Results:
         if cwd is None:  # no shell of this thread here: the cwd it last had
             thread = self._catalog.get_thread(record["thread_id"])
             cwd = str(thread["cwd"] if thread else record["cwd"])
-        return ExecResult.model_validate(
-            {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd})
+        wire = {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd}
+        return ExecResult.built(wire) if sent else ExecResult.model_validate(wire)
 
     async def wait(self, execution_id: str, timeout_s: float) -> ExecResult:
-        """Wait until the execution ends or ``timeout_s`` passes, then report it."""
+        """Wait until the execution ends or ``timeout_s`` passes, then report it (a reply
+        to send as it is: see :meth:`result`)."""
         live = self._live.get(execution_id)
         if live is not None and timeout_s > 0 and not live.done.is_set():
             # A timeout scope, not wait_for: wait_for (Python 3.11) runs the wait in a task
@@ -70,7 +78,7 @@ class Results:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout_s):
                     await live.done.wait()
-        return self.result(execution_id, live)
+        return self.result(execution_id, live, sent=True)
 
     async def settle(self, execution_id: str, timeout_s: float) -> ExecResult:
         """After input: wait for the exit, or for output to stay quiet for a moment."""
