@@ -3,6 +3,8 @@ them, and every tool advertises an outputSchema that its structured content sati
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from tether.protocol.results import (
     PageSlice,
     read_result,
 )
+from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 
@@ -81,6 +84,45 @@ def test_observe_items_are_typed_maps_that_keep_what_they_do_not_name() -> None:
     for key in minimal:
         with pytest.raises(ValidationError):
             pages.validate_python({k: v for k, v in minimal.items() if k != key})
+
+
+FIRST_CALL_PROBE = """
+import asyncio, sys
+import tether.frontend.guardians as guardians
+from tether.protocol.results import ThreadOpenResult, result_checker_built
+from tether.shared.config import Config
+
+ready_when_read = []
+read = guardians.read_result
+def spy(method, reply):
+    ready_when_read.append(result_checker_built(method))
+    return read(method, reply)
+guardians.read_result = spy
+
+async def main():
+    locator = guardians.GuardianLocator(Config.from_env())
+    try:
+        handle = await locator.handle(sys.argv[1])
+        before = result_checker_built("thread.open")
+        ready_when_read.clear()
+        opened = await handle.call("thread.open", {"principal": "local",
+                                                   "workspace_root": sys.argv[1]}, timeout_s=10)
+        print(before, ready_when_read == [True], type(opened) is ThreadOpenResult,
+              opened.thread_id.startswith("th_"))
+    finally:
+        locator.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_reply_of_a_kind_is_read_through_a_checker_built_while_it_came(
+        tether_env: Config, workspace: Path) -> None:
+    # A fresh process: no reply model is built yet. The first thread.open builds its checker
+    # while the guardian answers, and its reply is read (and checked) through it.
+    probe = subprocess.run([sys.executable, "-c", FIRST_CALL_PROBE, str(workspace)],
+                           capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split() == ["False", "True", "True", "True"], probe.stderr
 
 
 def test_a_reply_of_another_shape_is_refused() -> None:
