@@ -776,6 +776,7 @@ class _Checkpointer:
             return
         try:
             db.execute("PRAGMA cache_size=-256")  # it only copies pages: little cache
+            failing = False
             while not self._stopping:
                 self._wake.wait(self._every_s)
                 self._wake.clear()
@@ -784,7 +785,14 @@ class _Checkpointer:
                 try:
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 except sqlite3.Error as exc:
-                    log.warning("catalog checkpoint failed (tried again later): %s", exc)
+                    if not failing:  # once per failing spell, not once a second
+                        log.warning("catalog checkpoint failed (tried again every %gs): %s",
+                                    self._every_s, exc)
+                    failing = True
+                else:
+                    if failing:
+                        log.info("catalog checkpoints work again")
+                    failing = False
         finally:
             db.close()
 
