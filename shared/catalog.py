@@ -238,6 +238,8 @@ class Catalog:
         self._kept: dict[str, dict[str, Any]] = {}
         self.storage_error: BaseException | None = None
         self._checkpointer: _Checkpointer | None = None
+        # Idempotency outcomes that ride along with the next commit (remember_result_soon).
+        self._soon: dict[tuple[str, str], tuple[str, str, Any]] = {}
         self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
         path.chmod(0o600)
@@ -297,6 +299,8 @@ class Catalog:
         return _decode_row(row)
 
     def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.write_soon_results()
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -317,7 +321,13 @@ class Catalog:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            riding = dict(self._soon)
+            for (principal, key), row in riding.items():
+                self._insert_result(principal, key, *row)
             self._db.execute("COMMIT")
+            for ident, row in riding.items():  # written: unless replaced meanwhile
+                if self._soon.get(ident) is row:
+                    del self._soon[ident]
             if self._checkpointer is not None:
                 self._checkpointer.committed()
         except BaseException:
@@ -705,7 +715,11 @@ class Catalog:
     # -- idempotency ---------------------------------------------------------------------
 
     def idempotent_result(self, principal: str, key: str) -> tuple[str, str, Any] | None:
-        """``(method, fingerprint, result)`` stored for a key, or None."""
+        """``(method, fingerprint, result)`` stored for a key (or waiting for the next commit),
+        or None."""
+        soon = self._soon.get((principal, key))
+        if soon is not None:
+            return soon
         row = self._db.execute(
             "SELECT method, fingerprint, result FROM idempotency WHERE principal = ? AND key = ?",
             (principal, key),
@@ -715,6 +729,31 @@ class Catalog:
         return row[0], row[1], json.loads(row[2])
 
     def remember_result(
+        self, principal: str, key: str, method: str, fingerprint: str, result: Any
+    ) -> None:
+        """Write a key's row now (in the open transaction, if any)."""
+        self._soon.pop((principal, key), None)
+        self._insert_result(principal, key, method, fingerprint, result)
+
+    def remember_result_soon(
+        self, principal: str, key: str, method: str, fingerprint: str, result: Any
+    ) -> None:
+        """Write a key's row with the next commit of this catalog instead of a commit of its
+        own (an ended command's record is written a moment later: the same commit).
+
+        Reads of this catalog object see it at once. Until it is written the stored row is
+        the one before (``delivering``): a guardian that dies meanwhile leaves a key whose
+        repeat is ``delivery_unknown``. :meth:`write_soon_results` writes it without waiting.
+        """
+        self._soon[(principal, key)] = (method, fingerprint, result)
+
+    def write_soon_results(self) -> None:
+        """Write the rows waiting for a commit, in one (raises as a commit does)."""
+        if self._soon:
+            with self.transaction():
+                pass  # the commit writes them
+
+    def _insert_result(
         self, principal: str, key: str, method: str, fingerprint: str, result: Any
     ) -> None:
         self._db.execute(

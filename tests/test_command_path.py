@@ -130,6 +130,55 @@ async def test_a_deliverer_that_never_claims_records_no_outcome(tmp_path: Path) 
     assert catalog.idempotent_result("local", "k1") is None
 
 
+async def test_an_outcome_rides_with_the_next_commit_and_is_seen_at_once(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    other = Catalog(tmp_path / "c.sqlite3")  # what another process (or a later guardian) reads
+    ledger = IdempotencyLedger(catalog)
+    params = _params()
+
+    async def deliver(claim: Any) -> dict[str, Any]:
+        with catalog.transaction():
+            claim()
+            catalog.insert_execution(_record("ex_1"))
+        return {"execution_id": "ex_1", "input_sent": True}
+
+    await ledger.once_claiming("local", "k1", "exec.start", params, deliver)
+    stored = other.idempotent_result("local", "k1")
+    assert stored is not None and stored[2] == {"state": "delivering"}  # not written yet
+    replay = await ledger.once_claiming("local", "k1", "exec.start", params, deliver)
+    assert replay["replayed"] is True and replay["execution_id"] == "ex_1"
+    # A guardian that died now leaves `delivering`: its repeat is unknown, never typed again.
+    with pytest.raises(TetherError) as unknown:
+        await IdempotencyLedger(other).once_claiming("local", "k1", "exec.start", params, deliver)
+    assert unknown.value.code == ErrorCode.DELIVERY_UNKNOWN
+    # A commit that fails keeps it waiting; the next one (the command's end) writes it.
+    with pytest.raises(ValueError), catalog.transaction():
+        raise ValueError("rolled back")
+    assert other.idempotent_result("local", "k1")[2] == {"state": "delivering"}  # type: ignore[index]
+    catalog.update_execution_or_keep("ex_1", status="exited", exit_code=0)
+    assert other.idempotent_result("local", "k1")[2] == {  # type: ignore[index]
+        "execution_id": "ex_1", "input_sent": True}
+
+
+async def test_an_outcome_with_no_commit_to_ride_is_written_shortly(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    other = Catalog(tmp_path / "c.sqlite3")
+    ledger = IdempotencyLedger(catalog)
+
+    async def deliver(claim: Any) -> dict[str, Any]:
+        claim()
+        return {"execution_id": "ex_1", "input_sent": True}
+
+    await ledger.once_claiming("local", "k1", "exec.start", _params(), deliver)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while other.idempotent_result("local", "k1")[2] != {  # type: ignore[index]
+            "execution_id": "ex_1", "input_sent": True}:
+        assert loop.time() < deadline, "the outcome was never written"
+        await asyncio.sleep(0.01)
+    catalog.close()
+
+
 # -- the catalog writes an end without reading it back --------------------------------------
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,6 +14,14 @@ from pydantic import BaseModel
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+#: An outcome waits at most this long for a commit to ride along with (a command that is
+#: still running when its request is answered), and is tried again this often while the
+#: disk refuses it.
+OUTCOME_WRITE_S = 0.05
+OUTCOME_RETRY_S = 0.5
 
 
 class IdempotencyLedger:
@@ -21,6 +32,8 @@ class IdempotencyLedger:
         # Keys looked up but not yet claimed (their deliverer is still getting ready), with
         # the method and fingerprint the row will hold.
         self._unclaimed: dict[tuple[str, str], tuple[str, str]] = {}
+        self._writer: asyncio.TimerHandle | None = None
+        self._failing = False
 
     async def once(
         self,
@@ -33,7 +46,8 @@ class IdempotencyLedger:
         """Deliver at most once per idempotency key.
 
         The key is recorded as ``delivering`` before any byte is typed and replaced by the
-        outcome right after; a repeat returns that outcome (``replayed: true``) without
+        outcome with the next commit (at most :data:`OUTCOME_WRITE_S` later; reads see it at
+        once); a repeat returns that outcome (``replayed: true``) without
         delivering again, and a repeat that finds ``delivering`` (the first attempt died
         mid-way) says the delivery is unknown instead of guessing.
         """
@@ -90,8 +104,29 @@ class IdempotencyLedger:
             self._unclaimed.pop(ident, None)
         if not claimed:  # a deliverer that forgot to claim: the key must still hold
             raise AssertionError(f"{method} delivered without claiming its idempotency key")
-        catalog.remember_result(principal, key, method, fingerprint, outcome)
+        # The outcome rides along with the next commit (a command's end, a moment later)
+        # rather than paying for one of its own; a repeat sees it at once. Should the
+        # guardian die first, the key stays `delivering`: its repeat is delivery_unknown.
+        catalog.remember_result_soon(principal, key, method, fingerprint, outcome)
+        self._write_soon_later(OUTCOME_WRITE_S)
         return outcome
+
+    def _write_soon_later(self, delay_s: float) -> None:
+        """Make sure outcomes waiting for a commit are written within ``delay_s``."""
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().call_later(delay_s, self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._writer = None
+        try:
+            self._catalog.write_soon_results()
+        except (sqlite3.Error, OSError) as exc:  # a full disk: kept in memory, tried again
+            if not self._failing:
+                log.warning("idempotency outcomes not written yet (tried again): %s", exc)
+            self._failing = True
+            self._write_soon_later(OUTCOME_RETRY_S)
+        else:
+            self._failing = False
 
 
 #: The row of a key whose delivery has started and not been recorded as finished.
