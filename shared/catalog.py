@@ -485,15 +485,18 @@ class Catalog:
         the stored fields it compared against (None: no such record), or with ``whole``
         the whole record as it is stored now (see :meth:`write_execution_or_keep`)."""
         with self.transaction():
-            if whole and last_read is None:
+            if whole and last_read is not None:
+                # Unchanged since last_read (same change_seq): it is the stored row.
+                row = self._db.execute(
+                    "SELECT change_seq FROM executions WHERE execution_id = ?", (execution_id,)
+                ).fetchone()
+                current = (None if row is None else last_read
+                           if row[0] == last_read.get("change_seq")
+                           else self._stored_execution(execution_id))
+            elif whole:
                 current = self._stored_execution(execution_id)
             else:
-                current = self._stored_fields(execution_id, {**fields, "change_seq": None})
-                if whole and current is not None:
-                    assert last_read is not None
-                    current = ({**last_read, **current}
-                               if current["change_seq"] == last_read.get("change_seq")
-                               else self._stored_execution(execution_id))
+                current = self._stored_fields(execution_id, fields)
             if current is None:
                 return None
             changed = {k: v for k, v in fields.items() if current.get(k) != v}
