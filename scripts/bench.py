@@ -276,14 +276,18 @@ async def attach_throughput(workspace: Path, command: str) -> dict[str, float]:
 
     from ptyprocess import PtyProcess
 
+    from tether.shared.paths import guardian_paths
+
     go = workspace / f"go-{uuid.uuid4().hex[:8]}"
     async with Client(build_server(Config.from_env())) as client:
         session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         eid = await _background(client, scope, f"while [ ! -e {go} ]; do sleep 0.01; done; "
                                                f"{command}")
-        [guardian] = [int(json.loads(p.read_text())["pid"])
-                      for p in Config.from_env().runtime_dir.glob("*/guardian.json")]
+        # The local principal's guardian of this workspace (the HTTP bench's principals
+        # have guardians of their own in the same runtime directory).
+        info = guardian_paths(Config.from_env(), "local", session["workspace_root"]).info
+        guardian = int(json.loads(info.read_text())["pid"])
         tether = str(Path(sys.executable).with_name("tether"))
         proc = PtyProcess.spawn([tether, "attach", eid], dimensions=(50, 120), env=dict(os.environ))
         received: list[tuple[float, int]] = []
