@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -594,4 +595,27 @@ def test_after_full_screen_output_the_backlog_stays_small() -> None:
     assert backlog < 100_000 + 2 * 32 * 1024 + TerminalScreen.job_bytes
     assert left < 2 * (100_000 + 32 * 1024)  # the pending bytes and the running job
     assert flows and flows[0] is False and flows[-1] is True
+    assert snap == snapshot_of(reference.screen)
+
+
+def test_a_backlog_is_drawn_once_output_goes_quiet() -> None:
+    """A lazy backlog (plain text, under compact_at) is caught up in the background once the
+    program stops writing, so a later screen request has nothing left to draw."""
+    lines = b"".join(b"line %d of a quiet backlog\r\n" % i for i in range(20_000))
+    reference = VTParser(HardenedScreen(120, 40))
+    reference.feed(lines)
+
+    async def main() -> tuple[int, int, ScreenSnapshot]:
+        screen = TerminalScreen(120, 40)
+        for start in range(0, len(lines), 64 * 1024):
+            screen.feed(lines[start : start + 64 * 1024])
+        lazy = screen.backlog  # feeding alone emulated nothing (far under compact_at)
+        deadline = time.monotonic() + 5
+        while screen.backlog and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return lazy, screen.backlog, screen.snapshot_now()
+
+    lazy, left, snap = asyncio.run(main())
+    assert lazy == len(lines)
+    assert left == 0
     assert snap == snapshot_of(reference.screen)

@@ -52,6 +52,10 @@ _PIECE = 4096
 SLICE_S = 0.002
 #: Pending bytes that are still emulated synchronously (a query's reply, a snapshot).
 SYNC_MAX = 64 * 1024
+#: Once output has been quiet this long, a backlog over :data:`SYNC_MAX` is caught up in the
+#: background (a job in slices), so a screen request that follows finds it drawn (up to
+#: 8 MiB of plain text would otherwise cost that request ~10 ms).
+QUIET_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,9 @@ class TerminalScreen:
         self._job_size = self.job_bytes  # grows while jobs are plain text (see job_bytes)
         self._plain = False  # the current job was one plain-text run
         self._busy = False  # the last job was not plain text: the pending mark is busy_at
+        self._quiet: asyncio.TimerHandle | None = None  # looks for output going quiet
+        self._last_feed = 0.0  # time.monotonic() of the last feed
+        self._idle = False  # output went quiet with a backlog: catch it up now
 
     @property
     def bytes_fed(self) -> int:
@@ -157,6 +164,27 @@ class TerminalScreen:
             elif not self._paused and self.flow is not None:
                 self._paused = True  # full: no more until the driver takes these bytes
                 self.flow(False)
+        self._idle = False
+        self._last_feed = time.monotonic()
+        if self._quiet is None and len(self._pending) > SYNC_MAX:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop (unit tests): snapshots catch up synchronously
+            self._quiet = loop.call_later(QUIET_S, self._on_quiet)
+
+    def _on_quiet(self) -> None:
+        """Output may have gone quiet: catch a backlog up in the background if so."""
+        self._quiet = None
+        if len(self._pending) <= SYNC_MAX:
+            return
+        quiet_for = time.monotonic() - self._last_feed
+        if quiet_for < QUIET_S:
+            self._quiet = asyncio.get_running_loop().call_later(QUIET_S - quiet_for,
+                                                                self._on_quiet)
+            return
+        self._idle = True
+        self._start_driver()
 
     def snapshot(self) -> ScreenSnapshot:
         """Bring emulation up to date and return the screen.
@@ -284,7 +312,7 @@ class TerminalScreen:
         """Is there a reason to emulate now (rather than lazily, at the next snapshot)?"""
         return bool(
             self._job is not None
-            or (self._pending and (self._waiters or self._protect is not None
+            or (self._pending and (self._waiters or self._protect is not None or self._idle
                                    or len(self._pending) > self._high_mark()))
         )
 
