@@ -146,7 +146,8 @@ async def _roundtrips(call: Any, rounds: int) -> list[float]:
 
 
 async def rpc_roundtrip(rounds: int, workspace: Path, base: Path) -> tuple[list[float], list[float]]:
-    """``hello`` to the real guardian vs. a raw pyzmq ROUTER + msgpack echo in another process."""
+    """``hello`` to the real guardian vs. a raw pyzmq ROUTER + msgpack echo in another process,
+    call by call in turn, so a change of load weighs on both alike."""
     import msgpack
     import zmq
     import zmq.asyncio
@@ -156,10 +157,6 @@ async def rpc_roundtrip(rounds: int, workspace: Path, base: Path) -> tuple[list[
     locator = GuardianLocator(Config.from_env())
     handle = await locator.handle(str(workspace))
     hello = {"client_min": [1, 0], "client_max": [1, 9]}
-    await handle.client.call("hello", hello, timeout_s=5)
-    tether = await _roundtrips(lambda: handle.client.call("hello", hello, timeout_s=5), rounds)
-    locator.close()
-
     endpoint = f"ipc://{base}/echo.sock"
     server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, endpoint], stdout=subprocess.PIPE)
     try:
@@ -174,13 +171,22 @@ async def rpc_roundtrip(rounds: int, workspace: Path, base: Path) -> tuple[list[
                                            "params": hello, "auth": "x" * 64}))
             msgpack.unpackb(await sock.recv())
 
+        async def ping() -> None:
+            await handle.client.call("hello", hello, timeout_s=5)
+
         await _roundtrips(echo, 50)
-        raw = await _roundtrips(echo, rounds)
+        await _roundtrips(ping, 50)
+        tether: list[float] = []
+        raw: list[float] = []
+        for _ in range(rounds):
+            tether += await _roundtrips(ping, 1)
+            raw += await _roundtrips(echo, 1)
         sock.close(0)
         ctx.term()
     finally:
         server.kill()
         server.wait()
+        locator.close()
     return tether, raw
 
 
