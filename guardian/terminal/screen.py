@@ -55,7 +55,7 @@ SYNC_MAX = 64 * 1024
 #: Once output has been quiet this long, a backlog over :data:`SYNC_MAX` is caught up in the
 #: background (a job in slices), so a screen request that follows finds it drawn (up to
 #: 8 MiB of plain text would otherwise cost that request ~10 ms).
-QUIET_S = 0.05
+BACKLOG_QUIET_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ class TerminalScreen:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return  # no loop (unit tests): snapshots catch up synchronously
-            self._quiet = loop.call_later(QUIET_S, self._on_quiet)
+            self._quiet = loop.call_later(BACKLOG_QUIET_S, self._on_quiet)
 
     def _on_quiet(self) -> None:
         """Output may have gone quiet: catch a backlog up in the background if so."""
@@ -179,8 +179,8 @@ class TerminalScreen:
         if len(self._pending) <= SYNC_MAX:
             return
         quiet_for = time.monotonic() - self._last_feed
-        if quiet_for < QUIET_S:
-            self._quiet = asyncio.get_running_loop().call_later(QUIET_S - quiet_for,
+        if quiet_for < BACKLOG_QUIET_S:
+            self._quiet = asyncio.get_running_loop().call_later(BACKLOG_QUIET_S - quiet_for,
                                                                 self._on_quiet)
             return
         self._idle = True
