@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from tether.frontend.guardians import guardian_command, read_info
+from tether.frontend.guardians import GuardianHandle, guardian_command, read_info
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -141,3 +141,11 @@ def small_tmpfs(mount: Path, options: str) -> Iterator[Path]:
     finally:
         # Lazy: a guardian may still hold files open until its own teardown.
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def open_thread(handle: GuardianHandle, workspace: Path) -> dict[str, Any]:
+    """Open a thread of the local principal in ``workspace``; returns the scope of its calls
+    (principal, workspace_root, thread_id)."""
+    base = {"principal": "local", "workspace_root": str(workspace)}
+    thread = await handle.call("thread.open", base, timeout_s=10)
+    return {**base, "thread_id": thread.thread_id}

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.helpers import poll
+from tests.helpers import open_thread, poll
 from tether.frontend.guardians import GuardianLocator
 from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
@@ -250,9 +250,7 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
     locator = GuardianLocator(tether_env)
     try:
         handle = await locator.handle(str(workspace))
-        base = {"principal": "local", "workspace_root": str(workspace)}
-        thread = await handle.call("thread.open", base, timeout_s=10)
-        scope = {**base, "thread_id": thread.thread_id}
+        scope = await open_thread(handle, workspace)
         ids = []
         for word in ("alpha-one", "beta-two"):
             done = await handle.call("exec.start", {**scope, "command": f"echo {word}",

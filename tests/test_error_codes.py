@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import open_thread
 from tether.frontend import results
 from tether.frontend.guardians import GuardianLocator
 from tether.protocol.envelope import parse_response
@@ -25,9 +26,7 @@ async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown
     locator = GuardianLocator(tether_env)
     try:
         handle = await locator.handle(str(workspace))
-        base = {"principal": "local", "workspace_root": str(workspace)}
-        thread = await handle.call("thread.open", base, timeout_s=10)
-        scope = {**base, "thread_id": thread.thread_id}
+        scope = await open_thread(handle, workspace)
         # A program that never reads its input: the terminal's queue fills and stays full.
         start = {**scope, "command": "stty raw -echo; echo ready; exec sleep 60",
                  "background": True, "idempotency_key": "deaf", "wait_ms": 0}

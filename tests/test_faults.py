@@ -16,7 +16,7 @@ import zmq
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import poll, start_guardian
+from tests.helpers import open_thread, poll, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 from tether.frontend.guardians import GuardianLocator
 from tether.protocol import codec
@@ -137,9 +137,7 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
     locator = GuardianLocator(tether_env)
     try:
         handle = await locator.handle(str(workspace))
-        base = {"principal": "local", "workspace_root": str(workspace)}
-        thread = await handle.call("thread.open", base, timeout_s=10)
-        scope = {**base, "thread_id": thread.thread_id}
+        scope = await open_thread(handle, workspace)
         # "ready" once echo is off, so the terminal's own echo cannot double the text.
         start = {**scope, "command": "stty -echo; echo ready; cat", "background": True,
                  "idempotency_key": "start-once"}
