@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
+
+from tether.guardian.history import retention as retention_module
 from tether.guardian.history.journal import Journal
-from tether.guardian.history.retention import Retention, RetentionLimits
+from tether.guardian.history.retention import PRUNE_DELAY_S, Retention, RetentionLimits
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
@@ -56,3 +60,28 @@ def test_output_budget_evicts_oldest_terminal_first(tmp_path: Path) -> None:
     pruned = retention.prune_thread("th", protect=set())
     assert pruned == ["ex_2", "ex_3"]  # back to 16 MiB, oldest terminal ones first
     assert catalog.get_execution("ex_1") is not None
+
+
+def test_a_listing_prunes_unless_its_thread_was_pruned_a_moment_ago(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, retention, clock, _ = _setup(tmp_path)
+    now = [100.0]
+    monkeypatch.setattr(retention_module.time, "monotonic", lambda: now[0])
+    catalog.insert_execution(_record(1, "exited", terminal=clock.now))
+    retention.prune_stale("th", protect=set())  # never pruned: prunes (nothing to drop yet)
+    clock.now += 24 * 3600 * 1000 + 1  # ex_1 has expired
+    now[0] += PRUNE_DELAY_S / 2
+    retention.prune_stale("th", protect=set())  # pruned a moment ago, nothing new: no scan
+    assert catalog.get_execution("ex_1") is not None
+    now[0] += PRUNE_DELAY_S / 2
+    retention.prune_stale("th", protect=set())  # a while ago: prunes
+    assert catalog.get_execution("ex_1") is None
+    catalog.insert_execution(_record(2, "exited", terminal=clock.now - 24 * 3600 * 1000 - 1))
+
+    async def new_command_then_list() -> None:
+        retention.prune_soon("th", set)  # a new command asked for a prune: a listing won't wait
+        retention.prune_stale("th", protect=set())
+        retention.cancel()
+
+    asyncio.run(new_command_then_list())
+    assert catalog.get_execution("ex_2") is None

@@ -107,7 +107,7 @@ class Inspector:
 
     async def list_records(self, request: Request, params: ExecListParams) -> ListResult:
         self._scope.thread_for(params)
-        self._retention.prune_thread(params.thread_id, protect=self._live.protected())
+        self._retention.prune_stale(params.thread_id, protect=self._live.protected())
         records = self._catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
         if params.agents_only:
             records = [r for r in records

@@ -87,7 +87,7 @@ class PersonDesk:
         self._check(params)
         threads = []
         for thread in self._catalog.list_threads():
-            self._retention.prune_thread(thread["thread_id"], protect=self._live.protected())
+            self._retention.prune_stale(thread["thread_id"], protect=self._live.protected())
             shell = self._threads.shell(thread["thread_id"])
             threads.append({**thread, "shell_alive": bool(shell and shell.alive),
                             "shell_busy": bool(shell and shell.busy)})

@@ -4,7 +4,10 @@ Per thread: at most 128 records and 16 MiB of output + screen text; terminal rec
 24 h after they became terminal. Pruning is lazy (it runs inside catalog operations),
 removes the oldest terminal records first, and never evicts a running record. A new command
 asks for it with :meth:`Retention.prune_soon`: it runs a moment later, once for a burst of
-commands, instead of on the command's own path.
+commands, instead of on the command's own path. A listing prunes first, unless its thread was
+pruned less than :data:`PRUNE_DELAY_S` ago and no new command has asked for a prune since
+(a list then costs no scan of the thread's records; what a prune would drop by age or by
+bytes may show for at most that long, as after a new command).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +49,7 @@ class Retention:
         self.limits = limits or RetentionLimits()
         self._soon: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
+        self._pruned_at: dict[str, float] = {}  # thread id -> time.monotonic() of its last prune
 
     def prune_soon(self, thread_id: str, protect: Callable[[], Set[str]]) -> None:
         """Prune ``thread_id`` about :data:`PRUNE_DELAY_S` from now (on the running loop)."""
@@ -59,6 +64,13 @@ class Retention:
         for thread_id in threads:
             self.prune_thread(thread_id, protect=protect())
 
+    def prune_stale(self, thread_id: str, protect: Set[str]) -> None:
+        """Prune before a listing: see the module's docstring for when this is skipped."""
+        pruned_at = self._pruned_at.get(thread_id)
+        if (thread_id in self._soon or pruned_at is None
+                or time.monotonic() - pruned_at >= PRUNE_DELAY_S):
+            self.prune_thread(thread_id, protect)
+
     def cancel(self) -> None:
         """Forget a pending prune (the guardian is stopping)."""
         if self._timer is not None:
@@ -67,6 +79,7 @@ class Retention:
 
     def prune_thread(self, thread_id: str, protect: Set[str]) -> list[str]:
         """Apply the limits to one thread; returns the pruned execution ids."""
+        self._pruned_at[thread_id] = time.monotonic()
         rows = self.catalog.thread_records_for_pruning(thread_id)
         now = self.clock.now_ms()
 
