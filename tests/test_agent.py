@@ -57,9 +57,10 @@ async def test_fixture_screens_are_recognised(name: str, client: Client, workspa
         "command": f"cat {ansi}; sleep 30"})
     eid = started["execution_id"]
     poll_screen = {"type": "screen", "execution_id": eid}
-    for _ in range(200):
-        if (await bash(client, session, poll_screen))["screen"]["text"] == expected_text:
-            break
+    deadline = time.monotonic() + 10  # by time, not by count: a screen call takes ~2 ms now
+    while (await bash(client, session, poll_screen))["screen"]["text"] != expected_text:
+        assert time.monotonic() < deadline, f"{name}: the fixture's screen never showed"
+        await anyio.sleep(0.02)
     explained = (await execution(client, session, {"type": "explain", "execution_id": eid,
                                                    "recognizer": "claude"}))["data"]
     decision = explained["recognition"]
