@@ -78,6 +78,19 @@ async def _background(client: Client, scope: dict[str, Any], command: str) -> st
     return execution_id
 
 
+async def _screen_then_stop(client: Client, scope: dict[str, Any], eid: str) -> tuple[float, str]:
+    """Time one screen request of ``eid`` (ms) and return its text; then Ctrl-c the program."""
+    t0 = time.perf_counter()
+    screen = await client.call_tool("BashCommand", {**scope, "action_json": {
+        "type": "screen", "execution_id": eid}})
+    screen_ms = (time.perf_counter() - t0) * 1000
+    assert screen.structured_content is not None
+    text: str = screen.structured_content["data"]["screen"]["text"]
+    await client.call_tool("BashCommand", {**scope, "action_json": {
+        "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": eid}, "wait_for_seconds": 0})
+    return screen_ms, text
+
+
 async def tether_echo(rounds: int, workspace: Path) -> list[float]:
     """BashCommand `echo hi` through the real MCP client (in-process front-end)."""
     samples = []
@@ -236,14 +249,7 @@ async def ingest(workspace: Path, path: Path) -> tuple[float, float, bool, int]:
             if got.structured_content["data"]["execution"]["output_end"] >= size_on_pty:
                 break
             await asyncio.sleep(0.25)
-        t0 = time.perf_counter()
-        screen = await client.call_tool("BashCommand", {**scope, "action_json": {
-            "type": "screen", "execution_id": eid}})
-        screen_ms = (time.perf_counter() - t0) * 1000
-        assert screen.structured_content is not None
-        text = screen.structured_content["data"]["screen"]["text"]
-        await client.call_tool("BashCommand", {**scope, "action_json": {
-            "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": eid}, "wait_for_seconds": 0})
+        screen_ms, text = await _screen_then_stop(client, scope, eid)
     # PTY bytes, as the raw read counts them (the terminal adds a CR to every LF).
     return size_on_pty / elapsed / 1e6, screen_ms, text.rstrip().endswith(last_line), len(text)
 
@@ -574,14 +580,7 @@ async def fullscreen_ingest(workspace: Path, path: Path, last_row: str) -> dict[
         finally:
             pinger.kill()
             pinger.wait(timeout=10)
-        t0 = time.perf_counter()
-        screen = await client.call_tool("BashCommand", {**scope, "action_json": {
-            "type": "screen", "execution_id": eid}})
-        screen_ms = (time.perf_counter() - t0) * 1000
-        assert screen.structured_content is not None
-        text = screen.structured_content["data"]["screen"]["text"]
-        await client.call_tool("BashCommand", {**scope, "action_json": {
-            "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": eid}, "wait_for_seconds": 0})
+        screen_ms, text = await _screen_then_stop(client, scope, eid)
     locator.close()
     return {"pings": pings, "gets": gets, "rate": size / elapsed / 1e6, "screen_ms": screen_ms,
             "screen_ok": last_row.rstrip() in text}

@@ -17,7 +17,7 @@ from tether.frontend import results
 from tether.frontend.modes import Guard, check_agent_action, send_checked
 from tether.frontend.outputs import AGENT_OUTPUT
 from tether.frontend.schemas import AgentArgs, wire_cursor
-from tether.frontend.tools.agent_lifecycle import agent_line, run_lifecycle
+from tether.frontend.tools.agent_lifecycle import agent_line, need_arg, run_lifecycle
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_LIST_LIMIT, RPC_SLACK_S
@@ -87,7 +87,7 @@ class AgentTool(Tool):
                 data["agents"] = managed["agents"]
                 lines += [agent_line(a) for a in managed["agents"]]
             return results.ok(data, "\n".join(lines) or "no agents")
-        target = _need(args.target, "target", args.action)
+        target = need_arg(args.target, "target", args.action)
         if args.action == "get":
             data = await call(root, "exec.get", {**scope, "execution_id": target},
                               timeout_s=RPC_SLACK_S)
@@ -114,13 +114,13 @@ class AgentTool(Tool):
             fired = ", ".join(e for item in data["changed"] for e in item.get("fired", []))
             text = data["outcome"] + (f" ({fired})" if fired else "")
             return results.ok(data, f"{text}: {_state_text(data['recognition'])}")
-        prompt_id = _need(args.prompt_id, "prompt_id", args.action)
+        prompt_id = need_arg(args.prompt_id, "prompt_id", args.action)
         if args.action == "wait":
             data = await call(root, "agent.receipt", {
                 **scope, "execution_id": target, "prompt_id": prompt_id, "timeout_ms": timeout_ms},
                 timeout_s=args.timeout_seconds + RPC_SLACK_S)
             return results.ok(data, _receipt_text(data["receipt"]))
-        text = _need(args.text, "text", args.action)
+        text = need_arg(args.text, "text", args.action)
         params = {**scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
                   "recognizer": args.recognizer, "timeout_ms": timeout_ms}
 
@@ -171,12 +171,6 @@ def _state_text(recognition: dict[str, Any]) -> str:
     attention = f"/{recognition['attention']}" if recognition.get("attention") else ""
     return f"{recognition['state']}{attention} (rule {recognition['rule']})"
 
-
-def _need(value: Any, name: str, action: str) -> Any:
-    if value is None:
-        raise TetherError(ErrorCode.INVALID_REQUEST, f"Agent {action} needs {name}",
-                          {"input_sent": False})
-    return value
 
 
 def _receipt_text(receipt: dict[str, Any]) -> str:

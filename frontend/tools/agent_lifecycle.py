@@ -31,7 +31,8 @@ from tether.protocol.limits import (
 from tether.protocol.versions import Capability
 
 
-def _need(value: Any, name: str, action: str) -> Any:
+def need_arg(value: Any, name: str, action: str) -> Any:
+    """``value``, or ``invalid_request`` naming the argument ``action`` lacks (nothing sent)."""
     if value is None:
         raise TetherError(ErrorCode.INVALID_REQUEST, f"Agent {action} needs {name}",
                           {"input_sent": False})
@@ -108,7 +109,7 @@ async def run_lifecycle(
         if parent is not None:
             data["parent_source"] = parent.source
         return results.ok(data, "launched " + agent_line(data["agent"]))
-    target = _need(args.target, "target", action)
+    target = need_arg(args.target, "target", action)
     targeted = {**scope, "execution_id": target}
     if action == "get":
         data = (await locator.call(root, "agent.get", targeted, timeout_s=RPC_SLACK_S)).wire()
@@ -123,7 +124,7 @@ async def run_lifecycle(
             "idempotency_key": session.idempotency_key()}, args.timeout_seconds + RPC_SLACK_S)
         return results.ok(data, f"cancel acknowledged: {agent_line(data['agent'])}")
     if action == "label":
-        labels = _need(args.labels, "labels", action)
+        labels = need_arg(args.labels, "labels", action)
         data = (await locator.call(root, "agent.label", {**targeted, "labels": labels},
                                    timeout_s=RPC_SLACK_S)).wire()
         return results.ok(data, agent_line(data["agent"]))
