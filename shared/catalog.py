@@ -240,6 +240,9 @@ class Catalog:
         self._checkpointer: _Checkpointer | None = None
         # Idempotency outcomes that ride along with the next commit (remember_result_soon).
         self._soon: dict[tuple[str, str], tuple[str, str, Any]] = {}
+        # Execution updates that ride along with the next commit (stage_execution), shown by
+        # reads at once.
+        self._staged: dict[str, dict[str, Any]] = {}
         self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
         path.chmod(0o600)
@@ -300,7 +303,7 @@ class Catalog:
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
-            self.write_soon_results()
+            self.write_waiting()
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -313,17 +316,22 @@ class Catalog:
         A failed COMMIT (a full disk) rolls back too, so the connection is never left inside
         a transaction that would make every later write fail. Re-entrant: inside an open
         transaction it joins it, so a lifecycle step (state, event row, notification,
-        cascade) commits or rolls back as one.
+        cascade) commits or rolls back as one. What waits for a commit (outcomes of
+        :meth:`remember_result_soon`, updates of :meth:`stage_execution`) rides along.
         """
         if self._db.in_transaction:
             yield
             return
         self._db.execute("BEGIN IMMEDIATE")
+        staged: dict[str, dict[str, Any]] = {}
         try:
             yield
             riding = dict(self._soon)
             for (principal, key), row in riding.items():
                 self._insert_result(principal, key, *row)
+            staged, self._staged = self._staged, {}
+            for execution_id, fields in staged.items():
+                self._write_execution(execution_id, fields)
             self._db.execute("COMMIT")
             for ident, row in riding.items():  # written: unless replaced meanwhile
                 if self._soon.get(ident) is row:
@@ -331,6 +339,8 @@ class Catalog:
             if self._checkpointer is not None:
                 self._checkpointer.committed()
         except BaseException:
+            for execution_id, fields in staged.items():  # not written: they wait again
+                self._staged[execution_id] = {**fields, **self._staged.get(execution_id, {})}
             if self._db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
@@ -435,11 +445,37 @@ class Catalog:
         """
         return self._write_or_keep(execution_id, fields, whole=True, last_read=last_read)
 
+    def stage_execution(
+        self, execution_id: str, *, last_read: dict[str, Any] | None, **fields: Any
+    ) -> dict[str, Any] | None:
+        """Update a record with this catalog's next commit instead of a commit of its own;
+        returns the whole record as every read of this catalog object shows it from now on
+        (None: no such record). ``last_read`` as for :meth:`write_execution_or_keep`.
+
+        For an end answered before it is written: the commit that writes it comes a loop
+        turn later (with the final screen), off the reply's path. Until then the stored row
+        is the one before; a guardian that dies meanwhile leaves it running, and the next
+        guardian says its end is unknown, as for any execution it did not see end.
+        """
+        row = self._db.execute(
+            "SELECT change_seq FROM executions WHERE execution_id = ?", (execution_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        current = (last_read if last_read is not None and row[0] == last_read.get("change_seq")
+                   else self._stored_execution(execution_id))
+        if current is None:
+            return None
+        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
+        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
+        return self._overlay(current)
+
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,
         last_read: dict[str, Any] | None,
     ) -> tuple[bool, dict[str, Any] | None]:
-        merged = {**self._kept.pop(execution_id, {}), **fields}
+        merged = {**self._kept.pop(execution_id, {}), **self._staged.pop(execution_id, {}),
+                  **fields}
         try:
             current = self._write_execution(execution_id, merged, whole=whole,
                                             last_read=last_read)
@@ -464,7 +500,10 @@ class Catalog:
 
     def _overlay(self, record: dict[str, Any]) -> dict[str, Any]:
         kept = self._kept.get(record["execution_id"])
-        return {**record, **kept} if kept else record
+        staged = self._staged.get(record["execution_id"])
+        if kept is None and staged is None:
+            return record
+        return {**record, **(kept or {}), **(staged or {})}
 
     def update_execution(self, execution_id: str, **fields: Any) -> dict[str, Any] | None:
         """Persist changed fields only; returns the record, or None when it does not exist.
@@ -502,7 +541,7 @@ class Catalog:
             changed = {k: v for k, v in fields.items() if current.get(k) != v}
             if not changed:
                 return current
-            changed["observed_at_unix_ms"] = self.clock.now_ms()
+            changed.setdefault("observed_at_unix_ms", self.clock.now_ms())
             changed["change_seq"] = self._bump()
             sets = ", ".join(f"{name} = ?" for name in changed)
             self._db.execute(
@@ -746,13 +785,14 @@ class Catalog:
 
         Reads of this catalog object see it at once. Until it is written the stored row is
         the one before (``delivering``): a guardian that dies meanwhile leaves a key whose
-        repeat is ``delivery_unknown``. :meth:`write_soon_results` writes it without waiting.
+        repeat is ``delivery_unknown``. :meth:`write_waiting` writes it without waiting.
         """
         self._soon[(principal, key)] = (method, fingerprint, result)
 
-    def write_soon_results(self) -> None:
-        """Write the rows waiting for a commit, in one (raises as a commit does)."""
-        if self._soon:
+    def write_waiting(self) -> None:
+        """Write what waits for a commit (outcomes, staged updates), in one (raises as a
+        commit does)."""
+        if self._soon or self._staged:
             with self.transaction():
                 pass  # the commit writes them
 

@@ -119,7 +119,7 @@ class IdempotencyLedger:
     def _write_soon(self) -> None:
         self._writer = None
         try:
-            self._catalog.write_soon_results()
+            self._catalog.write_waiting()
         except (sqlite3.Error, OSError) as exc:  # a full disk: kept in memory, tried again
             if not self._failing:
                 log.warning("idempotency outcomes not written yet (tried again): %s", exc)

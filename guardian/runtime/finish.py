@@ -5,9 +5,10 @@ line, guardian shutdown) comes here, so the record is persisted once, its waiter
 and it leaves the live table in the same step.
 
 The record keeps the final screen's text. A main shell's screen lives on after a command, so
-its text is drawn and written just after the end is answered (nobody waits for it; the shell
-runs the draw before its screen takes another byte). Otherwise the screen must be caught up
-before the end is persisted. That is
+its text is drawn just after the end is answered (nobody waits for it; the shell runs the
+draw before its screen takes another byte), and the end is written with it, in one commit:
+the reply goes out first, and reads in between see the end (Catalog.stage_execution).
+Otherwise the screen must be caught up before the end is persisted. That is
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
 once a catch-up off the loop has drawn it (the execution looks running until then).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -72,9 +74,9 @@ class Finisher:
 
         ``now``: do not wait for a screen catch-up (guardian shutdown).
         ``defer_screen``: the screen goes on living after this end (a main shell's): the end
-        is persisted and answered at once, and the screen text is drawn and written right
-        after, through the draw handed to ``defer_screen``, which must run it before the
-        screen takes another byte (:meth:`MainShell.defer_draw`).
+        is answered at once, and the screen text is drawn and written with it right after,
+        through the draw handed to ``defer_screen``, which must run it before the screen
+        takes another byte (:meth:`MainShell.defer_draw`).
         """
         if live.done.is_set() or (live.execution_id in self._drawing and not now):
             return
@@ -93,15 +95,16 @@ class Finisher:
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
 
     def _draw_final(self, live: LiveExecution) -> None:
-        """The screen text of an execution whose end is already persisted (and the close of
-        its journal, kept open for the reply to read the output's tail through)."""
+        """The screen text of an execution whose end is already answered, written in one
+        commit with that end (and the close of its journal, kept open for the reply to read
+        the output's tail through)."""
         live.journal.close()
+        fields: dict[str, Any] = {}
         try:
-            text = live.screen.snapshot().text
+            fields["screen_text"] = _screen_text(live.screen.snapshot().text)
         except Exception:  # a broken emulator must not break the shell's output path
             log.exception("screen of %s could not be drawn", live.execution_id)
-            return
-        self.keep(live.execution_id, screen_text=_screen_text(text))
+        self.keep(live.execution_id, **fields)  # the staged end rides along
         self._notifier.notify()
 
     async def _finish_drawn(
@@ -137,8 +140,16 @@ class Finisher:
         }
         if text is not None:
             fields["screen_text"] = _screen_text(text)
-        written, live.ended_record = self._catalog.write_execution_or_keep(
-            live.execution_id, last_read=live.inserted_record, **fields)
+        if after_done is None:
+            written, live.ended_record = self._catalog.write_execution_or_keep(
+                live.execution_id, last_read=live.inserted_record, **fields)
+        else:  # written by the draw after_done schedules, off the reply's path
+            try:
+                written, live.ended_record = True, self._catalog.stage_execution(
+                    live.execution_id, last_read=live.inserted_record, **fields)
+            except (sqlite3.Error, OSError):  # the catalog cannot even be read: keep it
+                written, live.ended_record = self._catalog.write_execution_or_keep(
+                    live.execution_id, last_read=live.inserted_record, **fields)
         live.exit_code = exit_code
         if after_done is None:
             live.journal.close()  # else after the reply, which reads its tail through it

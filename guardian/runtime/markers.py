@@ -34,8 +34,14 @@ HISTCONTROL="ignorespace${HISTCONTROL:+:$HISTCONTROL}"
 __tether_cmd=0
 __tether_prompt() {
   local s=$?
-  if [ "$__tether_cmd" = 1 ]; then printf '\e]133;D;%s;aid=%s\a' "$s" "$__tether_nonce"; __tether_cmd=0; fi
-  printf '\e]133;A;aid=%s\a' "$__tether_nonce"
+  # D and A in one printf: one write, so the end and the new prompt cycle reach Tether
+  # in one read instead of two.
+  if [ "$__tether_cmd" = 1 ]; then
+    __tether_cmd=0
+    printf '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$s" "$__tether_nonce" "$__tether_nonce"
+  else
+    printf '\e]133;A;aid=%s\a' "$__tether_nonce"
+  fi
 }
 PROMPT_COMMAND="__tether_prompt${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
 # PS0 is expanded just before a command line runs: print C (named, not spelled out), and set
