@@ -466,9 +466,12 @@ class Catalog:
                    else self._stored_execution(execution_id))
         if current is None:
             return None
-        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
-        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
+        self.stage(execution_id, **fields, observed_at_unix_ms=self.clock.now_ms())
         return self._overlay(current)
+
+    def stage(self, execution_id: str, **fields: Any) -> None:
+        """Update a record with this catalog's next commit (see :meth:`stage_execution`)."""
+        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
 
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,
@@ -486,11 +489,23 @@ class Catalog:
         return True, None if current is None or not whole else self._overlay(current)
 
     def write_kept(self) -> bool:
-        """Try to write every kept update; True when none is left."""
+        """Try to write every kept and staged update; True when none is left."""
         for execution_id in list(self._kept):
             if not self.update_execution_or_keep(execution_id):
                 return False
+        if not self.write_waiting_or_keep():
+            return False
         self.storage_error = None
+        return True
+
+    def write_waiting_or_keep(self) -> bool:
+        """:meth:`write_waiting`; a failure is kept (as :attr:`storage_error`): what waits
+        stays staged and shown by reads. True when it was written."""
+        try:
+            self.write_waiting()
+        except (sqlite3.Error, OSError) as exc:
+            self.storage_error = exc
+            return False
         return True
 
     @property

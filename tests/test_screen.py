@@ -508,6 +508,61 @@ def test_any_split_and_any_skip_give_the_same_screen(pieces: list[bytes], cuts: 
     _assert_same(lazy, whole)
 
 
+# -- rendering only the rows that changed ---------------------------------------------------
+
+
+def _rendered_afresh(screen: HardenedScreen) -> list[str]:
+    """Every row rendered from its cells, with no cache: what row_texts must equal."""
+    lines = []
+    for y in range(screen.lines):
+        row = screen.buffer.get(y, {})
+        cells = [" "] * screen.columns
+        for x, char in row.items():
+            if x < screen.columns:
+                cells[x] = char.data
+        lines.append("".join(cells).rstrip())
+    return lines
+
+
+@pytest.mark.parametrize(("cols", "rows", "seed"), [(80, 24, 11), (12, 5, 12), (120, 40, 13)])
+def test_cached_rows_match_rows_rendered_afresh(cols: int, rows: int, seed: int) -> None:
+    # Rendered after every chunk (so the cache is used between small changes), with resizes
+    # now and then: a row the cache kept must be exactly what its cells say.
+    rng = random.Random(seed)
+    parser = VTParser(HardenedScreen(cols, rows))
+    renders = 0
+    for chunk in _random_chunks(_corpus(seed, 300_000), seed, 4096):
+        parser.feed(chunk)
+        if rng.random() < 0.01:
+            parser.screen.resize(lines=rng.randint(2, rows + 5), columns=rng.randint(2, cols + 9))
+        assert parser.screen.row_texts() == _rendered_afresh(parser.screen)
+        renders += 1
+    assert renders > 100
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_pieces(), max_size=6), max_size=25))
+def test_cached_rows_match_after_any_edits(batches: list[list[bytes]]) -> None:
+    parser = VTParser(HardenedScreen(12, 5))
+    for batch in batches:
+        parser.feed(b"".join(batch))
+        assert parser.screen.row_texts() == _rendered_afresh(parser.screen)
+
+
+def test_a_command_at_the_bottom_renders_only_its_rows() -> None:
+    # The shell's case: every command scrolls the screen; the rows that moved are not drawn
+    # again (counted through the cache: an unchanged row keeps its text object).
+    parser = VTParser(HardenedScreen(40, 10))
+    for i in range(30):
+        parser.feed(b"$ echo %d\r\n%d\r\n" % (i, i))
+    before = parser.screen.row_texts()
+    parser.feed(b"$ echo x\r\nx\r\n")
+    after = parser.screen.row_texts()
+    assert after[:-3] == before[2:-1]  # two rows scrolled away
+    assert all(a is b for a, b in zip(after[:-3], before[2:-1], strict=True))
+    assert after[-3:] == ["$ echo x", "x", ""]
+
+
 # -- catching up off the event loop ---------------------------------------------------------
 
 

@@ -425,22 +425,8 @@ class TerminalScreen:
 def snapshot_of(screen: HardenedScreen) -> ScreenSnapshot:
     """The snapshot of an emulator as it stands (no pending bytes involved)."""
     columns = screen.columns
-    lines = []
-    blank = [" "] * columns
-    for y in range(screen.lines):
-        row = screen.buffer.get(y)
-        if not row:
-            lines.append("")
-            continue
-        # Rows are sparse: fill only the cells that exist (a missing cell is a space, and
-        # wide characters' right halves are empty strings, so they add nothing).
-        cells = blank[:]
-        for x, char in row.items():
-            if x < columns:
-                cells[x] = char.data
-        lines.append("".join(cells).rstrip())
     return ScreenSnapshot(
-        lines=tuple(lines),
+        lines=tuple(screen.row_texts()),
         cursor_row=screen.cursor.y,
         cursor_col=min(screen.cursor.x, columns - 1),
         cols=columns,

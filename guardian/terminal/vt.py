@@ -39,6 +39,9 @@ _CURSOR_MODE = 1048
 _IGNORED_PRIVATE_MODES = frozenset({3})
 _MAX_CELL_CACHE = 4096
 _MAX_CACHED_ATTRS = 256
+#: Rows changed since the last render, remembered across scrolls; beyond this many (a long
+#: flood without a render) every row is rendered afresh instead.
+_MAX_STALE_ROWS = 1024
 
 
 def _passes_to_pyte(mode: int, private: bool) -> bool:
@@ -94,6 +97,12 @@ class HardenedScreen(Screen):
         self._respond = respond
         self._cells: dict[Char, _CellCache] = {}
         self._sgr: dict[tuple[Char, bool, tuple[int, ...]], Char] = {}
+        # The text of each row as last rendered, by row object (rows move when the screen
+        # scrolls; the object is kept so that its id cannot be reused while it is here).
+        self._texts: dict[int, tuple[Line, str]] = {}
+        # Rows changed since the last render whose row number is no longer theirs (ids, or
+        # None: too many to track, render every row).
+        self._stale: set[int] | None = set()
         super().__init__(columns, lines)
 
     # -- state -----------------------------------------------------------------------------
@@ -193,6 +202,7 @@ class HardenedScreen(Screen):
 
     def _put_run(self, x: int, run: str, cells: _CellCache) -> None:
         """Write single-width characters at ``x``."""
+        self.dirty.add(self.cursor.y)
         line = self.buffer[self.cursor.y]
         end = x + len(run)
         self._split_neighbours(line, x, end, cells)
@@ -219,6 +229,7 @@ class HardenedScreen(Screen):
         if mo.IRM in self.mode:
             self.insert_characters(2)
         x = cursor.x
+        self.dirty.add(cursor.y)
         line = self.buffer[cursor.y]
         end = min(x + 2, columns)
         self._split_neighbours(line, x, end, cells)
@@ -231,6 +242,7 @@ class HardenedScreen(Screen):
     def _attach(self, char: str) -> None:
         """Join a zero-width code point (ZWJ, VS16, combining mark) to the previous cell."""
         x = min(self.cursor.x, self.columns) - 1
+        self.dirty.add(self.cursor.y)
         line = self.buffer[self.cursor.y]
         if x > 0 and line[x].data == "":
             x -= 1  # the previous cell is the right half of a wide character
@@ -277,6 +289,7 @@ class HardenedScreen(Screen):
 
     def _move_rows(self, targets: range, sources: range) -> None:
         # Scrolling is the hot spot of plain output: move rows with C-level map/zip, not a loop.
+        self._fold_dirty()
         buffer = self.buffer
         moved = list(map(buffer.pop, sources, repeat(None)))
         # Rows never written are absent, not empty: the Nones are put back to absent below.
@@ -388,6 +401,7 @@ class HardenedScreen(Screen):
         self._clear_wrap()
         count = count or 1
         x, columns = self.cursor.x, self.columns
+        self.dirty.add(self.cursor.y)
         line = self.buffer[self.cursor.y]
         moving = [(k, cell) for k, cell in line.items() if k >= x]
         for k, _ in moving:
@@ -408,6 +422,60 @@ class HardenedScreen(Screen):
         """DL."""
         self._clear_wrap()
         super().delete_lines(count)
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def _fold_dirty(self) -> None:
+        """Rows are about to move: remember the changed ones by object, not by row number.
+
+        (``dirty`` holds row numbers, as pyte's own methods mark them; every change to a row
+        marks it, and a move would otherwise make the mark point at another row.)"""
+        if not self.dirty:
+            return
+        stale = self._stale
+        if stale is not None:
+            buffer = self.buffer
+            stale.update(id(buffer[y]) for y in self.dirty if y in buffer)
+            if len(stale) > _MAX_STALE_ROWS:
+                self._stale = None
+        self.dirty.clear()
+
+    def row_texts(self) -> list[str]:
+        """The text of every row (right-stripped), rendering only the rows that changed
+        since the last call: a command's few lines, not the whole screen."""
+        self._fold_dirty()
+        stale, self._stale = self._stale, set()
+        if stale is None:  # too many changes to have tracked: render every row
+            cached: dict[int, tuple[Line, str]] = {}
+            stale = set()
+        else:
+            cached = self._texts
+        texts: dict[int, tuple[Line, str]] = {}
+        columns = self.columns
+        blank = [" "] * columns
+        lines = []
+        buffer = self.buffer
+        for y in range(self.lines):
+            row = buffer.get(y)
+            if not row:
+                lines.append("")
+                continue
+            key = id(row)
+            hit = cached.get(key)
+            if hit is not None and hit[0] is row and key not in stale:
+                text = hit[1]
+            else:
+                # Rows are sparse: fill only the cells that exist (a missing cell is a space,
+                # and wide characters' right halves are empty strings, so they add nothing).
+                cells = blank[:]
+                for x, char in row.items():
+                    if x < columns:
+                        cells[x] = char.data
+                text = "".join(cells).rstrip()
+            texts[key] = (row, text)
+            lines.append(text)
+        self._texts = texts
+        return lines
 
     # -- saved cursor and alternate screen --------------------------------------------------
 
