@@ -454,8 +454,9 @@ class Catalog:
 
         For an end answered before it is written: the commit that writes it comes a loop
         turn later (with the final screen), off the reply's path. Until then the stored row
-        is the one before; a guardian that dies meanwhile leaves it running, and the next
-        guardian says its end is unknown, as for any execution it did not see end.
+        is the one before, and so is ``change_seq`` (catalog cursors count persisted changes
+        only); a guardian that dies meanwhile leaves it running, and the next guardian says
+        its end is unknown, as for any execution it did not see end.
         """
         row = self._db.execute(
             "SELECT change_seq FROM executions WHERE execution_id = ?", (execution_id,)
@@ -466,12 +467,9 @@ class Catalog:
                    else self._stored_execution(execution_id))
         if current is None:
             return None
-        self.stage(execution_id, **fields, observed_at_unix_ms=self.clock.now_ms())
-        return self._overlay(current)
-
-    def stage(self, execution_id: str, **fields: Any) -> None:
-        """Update a record with this catalog's next commit (see :meth:`stage_execution`)."""
+        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
         self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
+        return self._overlay(current)
 
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,
@@ -493,19 +491,12 @@ class Catalog:
         for execution_id in list(self._kept):
             if not self.update_execution_or_keep(execution_id):
                 return False
-        if not self.write_waiting_or_keep():
-            return False
-        self.storage_error = None
-        return True
-
-    def write_waiting_or_keep(self) -> bool:
-        """:meth:`write_waiting`; a failure is kept (as :attr:`storage_error`): what waits
-        stays staged and shown by reads. True when it was written."""
         try:
             self.write_waiting()
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError) as exc:  # staged updates stay staged (reads show them)
             self.storage_error = exc
             return False
+        self.storage_error = None
         return True
 
     @property
@@ -553,10 +544,12 @@ class Catalog:
                 current = self._stored_fields(execution_id, fields)
             if current is None:
                 return None
-            changed = {k: v for k, v in fields.items() if current.get(k) != v}
+            # observed_at moves only with another field (R16); a staged end brings its own.
+            changed = {k: v for k, v in fields.items()
+                       if k != "observed_at_unix_ms" and current.get(k) != v}
             if not changed:
                 return current
-            changed.setdefault("observed_at_unix_ms", self.clock.now_ms())
+            changed["observed_at_unix_ms"] = fields.get("observed_at_unix_ms") or self.clock.now_ms()
             changed["change_seq"] = self._bump()
             sets = ", ".join(f"{name} = ?" for name in changed)
             self._db.execute(

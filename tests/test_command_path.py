@@ -214,6 +214,33 @@ def test_records_returned_by_writes_are_the_records_read_back(
     assert catalog.change_seq() == seq
 
 
+def test_a_staged_end_is_read_at_once_and_persisted_with_the_next_commit(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    other = Catalog(tmp_path / "c.sqlite3")  # another process, or the next guardian
+    inserted = catalog.insert_execution(_record("ex_1"))
+    seq = catalog.change_seq()
+    end = {"status": "exited", "exit_code": 0, "ended_unix_ms": 5, "output_end": 3}
+    staged = catalog.stage_execution("ex_1", last_read=inserted, **end)
+    # This catalog object shows the end at once, as the record the write will make...
+    assert staged == catalog.get_execution("ex_1")
+    assert staged is not None and staged["status"] == "exited"
+    assert [r["status"] for r in catalog.list_executions("th", 5)] == ["exited"]
+    # ...but nothing is persisted, and catalog cursors (persisted changes) have not moved.
+    assert other.get_execution("ex_1")["status"] == "running"  # type: ignore[index]
+    assert catalog.change_seq() == seq
+    # A commit that fails keeps it staged; the next one writes it, with what it writes.
+    with pytest.raises(ValueError), catalog.transaction():
+        raise ValueError("rolled back")
+    assert other.get_execution("ex_1")["status"] == "running"  # type: ignore[index]
+    assert catalog.update_execution_or_keep("ex_1", screen_text="drawn")
+    written = other.get_execution("ex_1")
+    assert written is not None and catalog.change_seq() == seq + 1  # one commit for both
+    assert {k: written[k] for k in (*end, "screen_text")} == {**end, "screen_text": "drawn"}
+    assert written["observed_at_unix_ms"] == staged["observed_at_unix_ms"]  # as replied
+    assert catalog.get_execution("ex_1") == written
+    assert catalog.stage_execution("ex_missing", last_read=None, status="exited") is None
+
+
 # -- a main shell's final screen, drawn after the end ---------------------------------------
 
 

@@ -6,11 +6,10 @@ and it leaves the live table in the same step.
 
 The record keeps the final screen's text. A main shell's screen lives on after a command, so
 its text is drawn just after the end is answered (nobody waits for it; the shell runs the
-draw before its screen takes another byte). The end and that text are not written by a commit
-of their own: they ride along with the catalog's next commit (the next command's, in a burst
-of commands), or are written :data:`ENDS_WRITE_S` later; every read sees them at once
-(Catalog.stage_execution). A guardian that dies in between leaves the record running, and
-the next one says its end is unknown. Otherwise the screen must be caught up before the end
+draw before its screen takes another byte), and the end is written with it, in one commit:
+the reply goes out first, and reads in between see the end (Catalog.stage_execution). Waiters
+on the change notifier run after that commit (they are woken after the draw is scheduled), so
+a persisted change is what they find. Otherwise the screen must be caught up before the end
 is persisted. That is
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
@@ -42,8 +41,6 @@ log = logging.getLogger(__name__)
 SCREEN_TEXT_LIMIT = 64 * 1024
 #: How often writes the disk refused are tried again.
 RETRY_S = 0.5
-#: Longest an answered end waits for a commit to ride along with before it gets its own.
-ENDS_WRITE_S = 0.05
 
 
 def _screen_text(text: str) -> str:
@@ -64,7 +61,6 @@ class Finisher:
         self._drawing: dict[str, asyncio.Task[None]] = {}
         self._unflushed: list[Journal] = []  # journals of ended executions with held bytes
         self._retry: asyncio.TimerHandle | None = None
-        self._writer: asyncio.TimerHandle | None = None  # writes staged ends (ENDS_WRITE_S)
 
     def finish(
         self,
@@ -101,16 +97,16 @@ class Finisher:
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
 
     def _draw_final(self, live: LiveExecution) -> None:
-        """The screen text of an execution whose end is already answered, staged with that
-        end (and the close of its journal, kept open for the reply to read the output's tail
-        through)."""
+        """The screen text of an execution whose end is already answered, written in one
+        commit with that end (and the close of its journal, kept open for the reply to read
+        the output's tail through)."""
         live.journal.close()
+        fields: dict[str, Any] = {}
         try:
-            text = _screen_text(live.screen.snapshot().text)
+            fields["screen_text"] = _screen_text(live.screen.snapshot().text)
         except Exception:  # a broken emulator must not break the shell's output path
             log.exception("screen of %s could not be drawn", live.execution_id)
-        else:
-            self._catalog.stage(live.execution_id, screen_text=text)
+        self.keep(live.execution_id, **fields)  # the staged end is written with it
         self._notifier.notify()
 
     async def _finish_drawn(
@@ -149,11 +145,10 @@ class Finisher:
         if after_done is None:
             written, live.ended_record = self._catalog.write_execution_or_keep(
                 live.execution_id, last_read=live.inserted_record, **fields)
-        else:  # written with a later commit, off the reply's path (see the module's doc)
+        else:  # written by the draw after_done schedules, off the reply's path
             try:
                 written, live.ended_record = True, self._catalog.stage_execution(
                     live.execution_id, last_read=live.inserted_record, **fields)
-                self._write_soon()
             except (sqlite3.Error, OSError):  # the catalog cannot even be read: keep it
                 written, live.ended_record = self._catalog.write_execution_or_keep(
                     live.execution_id, last_read=live.inserted_record, **fields)
@@ -178,15 +173,6 @@ class Finisher:
     def keep(self, execution_id: str, **fields: Any) -> None:
         """Persist other fields of a record (orphans found at a reset), or keep and retry."""
         if not self._catalog.update_execution_or_keep(execution_id, **fields):
-            self._schedule_retry()
-
-    def _write_soon(self) -> None:
-        if self._writer is None:
-            self._writer = asyncio.get_running_loop().call_later(ENDS_WRITE_S, self._write_now)
-
-    def _write_now(self) -> None:
-        self._writer = None
-        if not self._catalog.write_waiting_or_keep():
             self._schedule_retry()
 
     def _schedule_retry(self) -> None:
