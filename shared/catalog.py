@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS threads (
     cwd TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS executions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     execution_id TEXT UNIQUE NOT NULL,
     principal TEXT NOT NULL,
     workspace_root TEXT NOT NULL,
@@ -72,7 +72,6 @@ CREATE TABLE IF NOT EXISTS executions (
     change_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS executions_thread ON executions (thread_id, seq);
-CREATE INDEX IF NOT EXISTS executions_change ON executions (change_seq);
 CREATE TABLE IF NOT EXISTS receipts (
     execution_id TEXT NOT NULL,
     prompt_id TEXT NOT NULL,
@@ -134,8 +133,21 @@ CREATE TABLE IF NOT EXISTS idempotency (
     result TEXT NOT NULL,
     created_unix_ms INTEGER NOT NULL,
     PRIMARY KEY (principal, key)
-);
+) WITHOUT ROWID;
 """
+
+#: Indexes a command's writes no longer pay for (each index is a page more per commit on a
+#: command's path): no query needs change_seq indexed (changed_since looks rows up by id), and
+#: only managed agents are looked up by parent or listed newest first, so those indexes hold
+#: agent rows only. (Catalogs made before keep AUTOINCREMENT, one more page per insert, and a
+#: rowid idempotency table, one more page.)
+_INDEX_CHANGES = (
+    "DROP INDEX IF EXISTS executions_change",
+    "DROP INDEX IF EXISTS executions_agents",
+    "CREATE INDEX IF NOT EXISTS executions_agent_parents"
+    " ON executions (parent_execution_id, seq) WHERE kind = 'agent'",
+    "CREATE INDEX IF NOT EXISTS executions_agents_newest ON executions (seq) WHERE kind = 'agent'",
+)
 
 #: Columns that schema 2 added to ``executions`` for managed agents (SPEC §8). A catalog
 #: written by an older Tether gets them with ALTER TABLE on open; old rows read as non-agents.
@@ -271,9 +283,8 @@ class Catalog:
             for name, decl in AGENT_COLUMNS:
                 if name not in have:
                     self._db.execute(f"ALTER TABLE executions ADD COLUMN {name} {decl}")
-            self._db.execute(
-                "CREATE INDEX IF NOT EXISTS executions_agents ON executions (kind, parent_execution_id)"
-            )
+            for statement in _INDEX_CHANGES:
+                self._db.execute(statement)
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema' AND value < ?",
                              (SCHEMA_VERSION, SCHEMA_VERSION))
 

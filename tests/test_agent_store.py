@@ -99,6 +99,32 @@ def test_schema_1_catalog_is_migrated_in_place(tmp_path: Path) -> None:
     assert Catalog(path).get_execution("ex_old") is not None  # opening again changes nothing
 
 
+def test_a_catalog_with_the_old_indexes_gets_the_lean_ones(tmp_path: Path) -> None:
+    # The layout catalogs had before a command's commit was trimmed to the pages it needs.
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(
+        _SCHEMA.replace("seq INTEGER PRIMARY KEY,", "seq INTEGER PRIMARY KEY AUTOINCREMENT,", 1)
+        .replace(") WITHOUT ROWID;", ");")
+        + "CREATE INDEX executions_change ON executions (change_seq);")
+    db.close()
+    Catalog(path).close()  # schema 2 columns and the agents index of that time
+    db = sqlite3.connect(path)
+    db.execute("CREATE INDEX IF NOT EXISTS executions_agents ON executions (kind, parent_execution_id)")
+    db.commit()
+    db.close()
+    catalog = Catalog(path)
+    indexes = {row[0] for row in catalog._db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'executions_%'")}
+    assert indexes == {"executions_thread", "executions_agent_parents", "executions_agents_newest"}
+    store = AgentStore(catalog)
+    store.create(agent_record("ag_p"))
+    store.create(agent_record("ag_c", parent="ag_p"))
+    assert [a["execution_id"] for a in store.list_agents("local", "/ws")] == ["ag_c", "ag_p"]
+    assert [a["execution_id"] for a in store.list_agents("local", "/ws", parent="ag_p")] == ["ag_c"]
+    assert store.archive_tree("ag_p").archived == ["ag_p", "ag_c"]
+
+
 def test_provider_command_lines() -> None:
     claude = launch_plan("claude", None, new_uuid=lambda: UUID)
     assert claude.argv == ["claude", "--session-id", UUID] and claude.conversation_id == UUID
