@@ -112,7 +112,8 @@ class Inspector:
         if params.agents_only:
             records = [r for r in records
                        if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
-        return ListResult.model_validate({
+        # Sent as built (the front-end checks every reply): see Result.built.
+        return ListResult.built({
             "executions": [self._live.view(r) for r in records],
             "catalog_cursor": self._catalog.change_seq(),
         })
@@ -121,7 +122,7 @@ class Inspector:
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         # Events: what was observed and changed nothing (a marker the kernel did not confirm).
-        return GetResult.model_validate({
+        return GetResult.built({
             "execution": self._live.view(record),
             "events": self._catalog.execution_events(params.execution_id)})
 
