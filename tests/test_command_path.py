@@ -30,7 +30,7 @@ from tether.protocol.results import ExecResult, ExecutionRecord
 from tether.shared import catalog as catalog_module
 from tether.shared.catalog import Catalog
 from tether.shared.config import Config
-from tether.shared.paths import GuardianPaths
+from tether.shared.paths import GuardianPaths, guardian_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -305,6 +305,34 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
         # output came after that draw.
         assert "alpha-one" in first and "beta-two" not in first
         assert "alpha-one" in second and "beta-two" in second
+    finally:
+        locator.close()
+
+
+async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idles(
+        tether_env: Config, workspace: Path) -> None:
+    # The reply comes first; the end and the final screen reach the file a moment later
+    # with no further request (DRAW_AFTER_S), in one commit.
+    locator = GuardianLocator(tether_env)
+    try:
+        handle = await locator.handle(str(workspace))
+        scope = await open_thread(handle, workspace)
+        done = await handle.call("exec.start", {**scope, "command": "echo idle-draw",
+                                                "idempotency_key": "idle", "wait_ms": 5000},
+                                timeout_s=10)
+        assert (done.execution.status, done.execution.exit_code) == ("exited", 0)
+        reader = Catalog(guardian_paths(tether_env, "local", str(workspace)).catalog)
+
+        def written() -> bool:
+            record = reader.get_execution(done.execution.execution_id)
+            return (record is not None and record["status"] == "exited"
+                    and "idle-draw" in str(record["screen_text"]))
+
+        poll(written, what="the end and its screen on disk")  # the guardian is another process
+        record = reader.get_execution(done.execution.execution_id)
+        assert record is not None
+        assert record["observed_at_unix_ms"] == done.execution.observed_at_unix_ms  # as replied
+        reader.close()
     finally:
         locator.close()
 

@@ -5,12 +5,15 @@ line, guardian shutdown) comes here, so the record is persisted once, its waiter
 and it leaves the live table in the same step.
 
 The record keeps the final screen's text. A main shell's screen lives on after a command, so
-its text is drawn just after the end is answered (nobody waits for it; the shell runs the
-draw before its screen takes another byte), and the end is written with it, in one commit:
-the reply goes out first, and reads in between see the end (Catalog.stage_execution). Waiters
-on the change notifier run after that commit (they are woken after the draw is scheduled), so
-a persisted change is what they find. Otherwise the screen must be caught up before the end
-is persisted. That is
+its text is drawn after the end is answered, and the end is written with it, in one commit;
+reads in between see the end (Catalog.stage_execution). Nobody waits for that draw, so it
+waits for a moment when the guardian would idle: while the shell runs the next command (the
+launcher draws right after typing it), or :data:`DRAW_AFTER_S` later. Right after the reply
+it would compete for the two cores a short command keeps busy, the reply's way out and the
+client's next request. It runs earlier when something needs it: before the screen takes
+another byte, before any other request is handled (GuardianService.handle_frame), and at
+once when anyone waits on the change notifier (they want the persisted change). Otherwise
+the screen must be caught up before the end is persisted. That is
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
 once a catch-up off the loop has drawn it (the execution looks running until then).
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 SCREEN_TEXT_LIMIT = 64 * 1024
 #: How often writes the disk refused are tried again.
 RETRY_S = 0.5
+#: Longest a main shell's final screen (and its end's commit) waits for an idle moment.
+DRAW_AFTER_S = 0.005
 
 
 def _screen_text(text: str) -> str:
@@ -70,7 +75,7 @@ class Finisher:
         reason: str | None = None,
         status: str = "exited",
         now: bool = False,
-        defer_screen: Callable[[Callable[[], None]], None] | None = None,
+        defer_screen: Callable[[Callable[[], None], float], None] | None = None,
     ) -> None:
         """Persist the end of an execution and wake its waiters (a second call is a no-op).
 
@@ -92,9 +97,14 @@ class Finisher:
             # command's time in the guardian, and nobody waits for it: the reply carries
             # the output, not the screen.
             self._persist(live, exit_code, reason, status, ended, None,
-                          after_done=lambda: defer_screen(lambda: self._draw_final(live)))
+                          after_done=lambda: defer_screen(lambda: self._draw_final(live),
+                                                          self._draw_delay()))
             return
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
+
+    def _draw_delay(self) -> float:
+        """Waiters on the notifier want the persisted end: draw (and commit) at once."""
+        return 0.0 if self._notifier.waited_on else DRAW_AFTER_S
 
     def _draw_final(self, live: LiveExecution) -> None:
         """The screen text of an execution whose end is already answered, written in one

@@ -129,8 +129,11 @@ class Launcher:
         shell.attach(live)
         line = shell.command_line(live.execution_id, params.command)
         await deliver(live, line.encode(), write_timeout_s)
-        # While the shell reads the line and runs it, create the journal's file (the first
-        # output would otherwise wait for it: a new directory entry costs tens of µs).
+        # While the shell reads the line and runs it (a core of its own), the guardian has a
+        # moment with nothing to do: the last command's final screen is drawn and written
+        # then (Finisher.finish), and the journal's file created (the first output would
+        # otherwise wait for it: a new directory entry costs tens of µs).
+        shell.flush_draw()
         _create_journal_file(self._journals, live.execution_id)
         return {"execution_id": live.execution_id, "input_sent": True}
 
