@@ -463,8 +463,8 @@ class Catalog:
         returns the whole record as every read of this catalog object shows it from now on
         (None: no such record). ``last_read`` as for :meth:`write_execution_or_keep`.
 
-        For an end answered before it is written: the commit that writes it comes a loop
-        turn later (with the final screen), off the reply's path. Until then the stored row
+        For an end answered before it is written: the commit that writes it comes later
+        (with the final screen), off the reply's path. Until then the stored row
         is the one before, and so is ``change_seq`` (catalog cursors count persisted changes
         only); a guardian that dies meanwhile leaves it running, and the next guardian says
         its end is unknown, as for any execution it did not see end.
@@ -478,9 +478,12 @@ class Catalog:
                    else self._stored_execution(execution_id))
         if current is None:
             return None
-        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
-        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
+        self.stage(execution_id, **fields, observed_at_unix_ms=self.clock.now_ms())
         return self._overlay(current)
+
+    def stage(self, execution_id: str, **fields: Any) -> None:
+        """More fields for a record's next commit (see :meth:`stage_execution`)."""
+        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
 
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,

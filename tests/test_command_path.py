@@ -20,7 +20,6 @@ from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import Retention, RetentionLimits
 from tether.guardian.rpc.idempotency import IdempotencyLedger
-from tether.guardian.runtime.launch import _create_journal_file
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.pty import ExitStatus
 from tether.guardian.runtime.shell import MainShell
@@ -312,7 +311,7 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
 async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idles(
         tether_env: Config, workspace: Path) -> None:
     # The reply comes first; the end and the final screen reach the file a moment later
-    # with no further request (DRAW_AFTER_S), in one commit.
+    # with no further request (ENDS_WRITE_S), in one commit.
     locator = GuardianLocator(tether_env)
     try:
         handle = await locator.handle(str(workspace))
@@ -332,6 +331,16 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         record = reader.get_execution(done.execution.execution_id)
         assert record is not None
         assert record["observed_at_unix_ms"] == done.execution.observed_at_unix_ms  # as replied
+        # Any other request first writes what an end left staged: a listing's catalog cursor
+        # counts the end it shows.
+        again = await handle.call("exec.start", {**scope, "command": "echo listed",
+                                                 "idempotency_key": "listed", "wait_ms": 5000},
+                                  timeout_s=10)
+        listed = await handle.call("exec.list", {**scope, "limit": 1}, timeout_s=10)
+        assert listed.executions[0].execution_id == again.execution.execution_id
+        stored = reader.get_execution(again.execution.execution_id)
+        assert stored is not None and stored["status"] == "exited"
+        assert stored["change_seq"] <= listed.catalog_cursor
         reader.close()
     finally:
         locator.close()
@@ -340,16 +349,23 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
 # -- journals -------------------------------------------------------------------------------
 
 
-def test_creating_the_journal_file_early_keeps_what_was_appended(tmp_path: Path) -> None:
+def test_opening_the_journal_file_early_keeps_what_was_appended(tmp_path: Path) -> None:
     journal = Journal(tmp_path, "ex_1", new=True)
     journal.append(b"already here")
-    _create_journal_file(tmp_path, "ex_1")
+    journal.open()  # already open: nothing changes
     assert Journal(tmp_path, "ex_1").read(0, 100) == b"already here"
-    _create_journal_file(tmp_path, "ex_2")
-    fresh = Journal(tmp_path, "ex_2")
+    early = Journal(tmp_path, "ex_2", new=True)
+    early.open()
+    fresh = Journal(tmp_path, "ex_2")  # the file is there, empty
     assert (fresh.start, fresh.end) == (0, 0)
-    fresh.append(b"new")
+    early.append(b"new")
     assert Journal(tmp_path, "ex_2").read(0, 100) == b"new"
+    # A directory that refuses the file: the append holds the bytes, as for a full disk.
+    refused = Journal(tmp_path / "missing", "ex_3", new=True)
+    refused.open()
+    assert refused.write_error is not None
+    refused.append(b"held")
+    assert (refused.unwritten, refused.read(0, 10)) == (4, b"held")
 
 
 def test_pruning_deletes_exactly_the_victims_journals(tmp_path: Path) -> None:

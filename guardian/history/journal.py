@@ -143,6 +143,15 @@ class Journal:
             dropped = self._segments.pop(0)
             dropped.path.unlink(missing_ok=True)
 
+    def open(self) -> None:
+        """Open the newest segment's write handle now (creating its file), not at the first
+        append. Best effort: a disk that refuses it refuses that append too, and the bytes
+        are held as for any refused write."""
+        try:
+            self._writer()
+        except OSError as exc:
+            self.write_error = exc.with_traceback(None)
+
     def close(self) -> None:
         """Close the write handle (reads keep working)."""
         if self._fd is not None:

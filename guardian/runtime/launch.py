@@ -8,10 +8,7 @@ its exit goes straight to the finisher.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tether.guardian.agents.recovery import recovery_advice
@@ -32,20 +29,9 @@ from tether.protocol.methods import ExecStartParams
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
-from tether.shared.segments import segment_path
 
 #: How long a new shell may take to show its first prompt before a command is refused.
 SHELL_READY_TIMEOUT_S = 10.0
-
-
-def _create_journal_file(journals: Path, execution_id: str) -> None:
-    """Create the (empty) first segment file of a new execution's journal, as the journal's
-    first append would (same name and mode, no truncation: appends already made stay).
-    Best effort: a disk that refuses it refuses the append too, and the journal holds the
-    bytes and says so (journal.py)."""
-    with contextlib.suppress(OSError):
-        os.close(os.open(segment_path(journals, execution_id, 0),
-                         os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
 class Launcher:
@@ -129,12 +115,10 @@ class Launcher:
         shell.attach(live)
         line = shell.command_line(live.execution_id, params.command)
         await deliver(live, line.encode(), write_timeout_s)
-        # While the shell reads the line and runs it (a core of its own), the guardian has a
-        # moment with nothing to do: the last command's final screen is drawn and written
-        # then (Finisher.finish), and the journal's file created (the first output would
-        # otherwise wait for it: a new directory entry costs tens of µs).
-        shell.flush_draw()
-        _create_journal_file(self._journals, live.execution_id)
+        # While the shell reads the line and runs it, create and open the journal's file
+        # (the first output would otherwise wait for it: a new directory entry costs tens
+        # of µs).
+        live.journal.open()
         return {"execution_id": live.execution_id, "input_sent": True}
 
     async def _start_background(

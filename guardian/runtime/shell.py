@@ -133,7 +133,6 @@ class MainShell:
         # The final screen of the last command, drawn right after its end was answered
         # (Finisher.finish, defer_screen) and always before the screen changes again.
         self._pending_draw: Callable[[], None] | None = None
-        self._draw_timer: asyncio.Handle | None = None
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
@@ -165,22 +164,16 @@ class MainShell:
         self.current = live
         self._awaiting_start = True
 
-    def defer_draw(self, draw: Callable[[], None], delay_s: float = 0.0) -> None:
-        """Run ``draw`` (it reads this shell's screen) ``delay_s`` from now (0: on the next
-        loop turn), or earlier if the screen is about to change: before any more output is
-        fed, a resize, a close; or when :meth:`flush_draw` is called."""
+    def defer_draw(self, draw: Callable[[], None]) -> None:
+        """Run ``draw`` (it reads this shell's screen) on the next loop turn, or earlier if
+        the screen is about to change: before any more output is fed, a resize, a close."""
         self.flush_draw()
         self._pending_draw = draw
-        loop = asyncio.get_running_loop()
-        self._draw_timer = (loop.call_later(delay_s, self.flush_draw) if delay_s > 0
-                            else loop.call_soon(self.flush_draw))
+        asyncio.get_running_loop().call_soon(self.flush_draw)
 
     def flush_draw(self) -> None:
         """Run the pending draw now, if there is one."""
         draw, self._pending_draw = self._pending_draw, None
-        if self._draw_timer is not None:
-            self._draw_timer.cancel()
-            self._draw_timer = None
         if draw is not None:
             draw()
 

@@ -162,11 +162,6 @@ class Threads:
         """Every live main shell (for parentage by process ancestry, R24)."""
         return list(self._shells.values())
 
-    def flush_draws(self) -> None:
-        """Run every pending final-screen draw (and the commit of its end) now."""
-        for shell in self._shells.values():
-            shell.flush_draw()
-
     def shell_cwd(self, thread_id: str) -> str | None:
         """The current directory of the thread's shell here, or None when it has none."""
         shell = self._shells.get(thread_id)
