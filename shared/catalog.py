@@ -16,7 +16,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -253,8 +253,9 @@ class Catalog:
         # Idempotency outcomes that ride along with the next commit (remember_result_soon).
         self._soon: dict[tuple[str, str], tuple[str, str, Any]] = {}
         # Execution updates that ride along with the next commit (stage_execution), shown by
-        # reads at once.
+        # reads at once; and who to tell once a commit has written some.
         self._staged: dict[str, dict[str, Any]] = {}
+        self.on_staged_written: Callable[[], None] | None = None
         self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
         path.chmod(0o600)
@@ -356,6 +357,8 @@ class Catalog:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
             raise
+        if staged and self.on_staged_written is not None:
+            self.on_staged_written()
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -21,6 +21,7 @@ from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import Retention, RetentionLimits
 from tether.guardian.rpc.idempotency import IdempotencyLedger
 from tether.guardian.runtime.live import LiveExecution
+from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.pty import ExitStatus
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
@@ -240,6 +241,23 @@ def test_a_staged_end_is_read_at_once_and_persisted_with_the_next_commit(tmp_pat
     assert catalog.stage_execution("ex_missing", last_read=None, status="exited") is None
 
 
+async def test_whichever_commit_writes_a_staged_end_wakes_the_waiters(tmp_path: Path) -> None:
+    # A waiter that found the end staged, not persisted, sleeps until a commit writes it:
+    # the end's own, or another that it rides along with (here, the next command's insert).
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    notifier = ChangeNotifier()
+    catalog.on_staged_written = notifier.notify
+    inserted = catalog.insert_execution(_record("ex_1"))
+    catalog.stage_execution("ex_1", last_read=inserted, status="exited", exit_code=0)
+    waiter = asyncio.ensure_future(notifier.wait(10, output=False))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    with catalog.transaction():
+        catalog.insert_execution(_record("ex_2"))
+    assert await asyncio.wait_for(waiter, 5) is True
+    assert Catalog(tmp_path / "c.sqlite3").get_execution("ex_1")["status"] == "exited"  # type: ignore[index]
+
+
 # -- a main shell's final screen, drawn after the end ---------------------------------------
 
 
@@ -271,6 +289,15 @@ async def test_a_deferred_draw_runs_before_the_screen_takes_more_output(tmp_path
     shell.close()
 
 
+async def _echo(handle: Any, scope: dict[str, Any], word: str) -> ExecResult:
+    """``echo word`` in the thread's shell, answered once it ended."""
+    done: ExecResult = await handle.call("exec.start", {
+        **scope, "command": f"echo {word}", "idempotency_key": word, "wait_ms": 5000},
+        timeout_s=10)
+    assert (done.execution.status, done.execution.exit_code) == ("exited", 0)
+    return done
+
+
 async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
         tether_env: Config, workspace: Path) -> None:
     locator = GuardianLocator(tether_env)
@@ -279,10 +306,7 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
         scope = await open_thread(handle, workspace)
         ids = []
         for word in ("alpha-one", "beta-two"):
-            done = await handle.call("exec.start", {**scope, "command": f"echo {word}",
-                                                    "idempotency_key": word, "wait_ms": 5000},
-                                    timeout_s=10)
-            assert (done.execution.status, done.execution.exit_code) == ("exited", 0)
+            done = await _echo(handle, scope, word)
             assert done.output.text.strip() == word
             ids.append(done.execution.execution_id)
 
@@ -316,10 +340,7 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
     try:
         handle = await locator.handle(str(workspace))
         scope = await open_thread(handle, workspace)
-        done = await handle.call("exec.start", {**scope, "command": "echo idle-draw",
-                                                "idempotency_key": "idle", "wait_ms": 5000},
-                                timeout_s=10)
-        assert (done.execution.status, done.execution.exit_code) == ("exited", 0)
+        done = await _echo(handle, scope, "idle-draw")
         reader = Catalog(guardian_paths(tether_env, "local", str(workspace)).catalog)
 
         def written() -> bool:
@@ -333,9 +354,7 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         assert record["observed_at_unix_ms"] == done.execution.observed_at_unix_ms  # as replied
         # Any other request first writes what an end left staged: a listing's catalog cursor
         # counts the end it shows.
-        again = await handle.call("exec.start", {**scope, "command": "echo listed",
-                                                 "idempotency_key": "listed", "wait_ms": 5000},
-                                  timeout_s=10)
+        again = await _echo(handle, scope, "listed")
         listed = await handle.call("exec.list", {**scope, "limit": 1}, timeout_s=10)
         assert listed.executions[0].execution_id == again.execution.execution_id
         stored = reader.get_execution(again.execution.execution_id)

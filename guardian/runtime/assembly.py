@@ -55,6 +55,8 @@ class Runtime:
     ) -> Runtime:
         scope = Scope(catalog, principal=principal, workspace_root=workspace_root)
         notifier = ChangeNotifier()
+        # Waiters want persisted changes: whichever commit writes a staged end wakes them.
+        catalog.on_staged_written = notifier.notify
         live = LiveTable(paths.journals)
         retention = Retention(catalog, paths, clock)
         finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier)
