@@ -4,9 +4,11 @@ main-shell command drawn after the reply — with every promise of the slower pa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +291,17 @@ async def test_a_deferred_draw_runs_before_the_screen_takes_more_output(tmp_path
     shell.close()
 
 
+@contextlib.asynccontextmanager
+async def _thread(tether_env: Config, workspace: Path) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """A handle on the workspace's guardian and a thread of it (the locator closed after)."""
+    locator = GuardianLocator(tether_env)
+    try:
+        handle = await locator.handle(str(workspace))
+        yield handle, await open_thread(handle, workspace)
+    finally:
+        locator.close()
+
+
 async def _echo(handle: Any, scope: dict[str, Any], word: str) -> ExecResult:
     """``echo word`` in the thread's shell, answered once it ended."""
     done: ExecResult = await handle.call("exec.start", {
@@ -300,10 +313,7 @@ async def _echo(handle: Any, scope: dict[str, Any], word: str) -> ExecResult:
 
 async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
         tether_env: Config, workspace: Path) -> None:
-    locator = GuardianLocator(tether_env)
-    try:
-        handle = await locator.handle(str(workspace))
-        scope = await open_thread(handle, workspace)
+    async with _thread(tether_env, workspace) as (handle, scope):
         ids = []
         for word in ("alpha-one", "beta-two"):
             done = await _echo(handle, scope, word)
@@ -328,18 +338,13 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
         # output came after that draw.
         assert "alpha-one" in first and "beta-two" not in first
         assert "alpha-one" in second and "beta-two" in second
-    finally:
-        locator.close()
 
 
 async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idles(
         tether_env: Config, workspace: Path) -> None:
     # The reply comes first; the end and the final screen reach the file a moment later
     # with no further request (ENDS_WRITE_S), in one commit.
-    locator = GuardianLocator(tether_env)
-    try:
-        handle = await locator.handle(str(workspace))
-        scope = await open_thread(handle, workspace)
+    async with _thread(tether_env, workspace) as (handle, scope):
         done = await _echo(handle, scope, "idle-draw")
         reader = Catalog(guardian_paths(tether_env, "local", str(workspace)).catalog)
 
@@ -361,8 +366,6 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         assert stored is not None and stored["status"] == "exited"
         assert stored["change_seq"] <= listed.catalog_cursor
         reader.close()
-    finally:
-        locator.close()
 
 
 # -- journals -------------------------------------------------------------------------------
