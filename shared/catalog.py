@@ -481,12 +481,10 @@ class Catalog:
                    else self._stored_execution(execution_id))
         if current is None:
             return None
-        self.stage(execution_id, **fields, observed_at_unix_ms=self.clock.now_ms())
+        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
+        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
         return self._overlay(current)
 
-    def stage(self, execution_id: str, **fields: Any) -> None:
-        """More fields for a record's next commit (see :meth:`stage_execution`)."""
-        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
 
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,

@@ -343,7 +343,7 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
 async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idles(
         tether_env: Config, workspace: Path) -> None:
     # The reply comes first; the end and the final screen reach the file a moment later
-    # with no further request (ENDS_WRITE_S), in one commit.
+    # (the draw a loop turn after the reply) with no further request, in one commit.
     async with _thread(tether_env, workspace) as (handle, scope):
         done = await _echo(handle, scope, "idle-draw")
         reader = Catalog(guardian_paths(tether_env, "local", str(workspace)).catalog)
@@ -357,8 +357,8 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         record = reader.get_execution(done.execution.execution_id)
         assert record is not None
         assert record["observed_at_unix_ms"] == done.execution.observed_at_unix_ms  # as replied
-        # Any other request first writes what an end left staged: a listing's catalog cursor
-        # counts the end it shows.
+        # A request that comes next finds the end written: a listing's catalog cursor counts
+        # the end it shows.
         again = await _echo(handle, scope, "listed")
         listed = await handle.call("exec.list", {**scope, "limit": 1}, timeout_s=10)
         assert listed.executions[0].execution_id == again.execution.execution_id

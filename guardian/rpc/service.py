@@ -177,10 +177,6 @@ class GuardianService:
             params = self._admit(request)
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
-            if request.method != "exec.start":
-                # An end answered a moment ago rides along with the next commit (Finisher):
-                # a request that may read it finds it written.
-                self._rt.settle_ends()
             if request.method not in IMMEDIATE and request.method not in EAGER:
                 # The socket runs handlers eagerly, outside any task, until they suspend (see
                 # RouterServer): a method that waits suspends here first, so that all of it

@@ -73,11 +73,6 @@ class Runtime:
                             notifier=notifier),
         )
 
-    def settle_ends(self) -> None:
-        """Commit every answered end now: a request that may read them is about to be
-        handled (see guardian/runtime/finish.py)."""
-        self.finisher.write_now()
-
     def has_running_work(self) -> bool:
         """True while any command or program runs (a shell idle at its prompt does not)."""
         return bool(self.live) or self.threads.any_busy()

@@ -6,13 +6,12 @@ and it leaves the live table in the same step.
 
 The record keeps the final screen's text. A main shell's screen lives on after a command, so
 its text is drawn just after the end is answered (nobody waits for it; the shell runs the
-draw before its screen takes another byte). The end and that text then ride along with the
-catalog's next commit (the next command's, in a burst) or get one of their own
-:data:`ENDS_WRITE_S` later; reads see them at once (Catalog.stage_execution). The commit comes
-earlier when something needs it: before any other request is handled (Runtime.settle_ends),
-and at once when anyone waits on the change notifier (waiters want the persisted change). A
-guardian that dies in between leaves the record running, and the next one says its end is
-unknown. Otherwise the screen must be caught up before the end is persisted. That is
+draw before its screen takes another byte), and the end is written with it, in one commit.
+Until that commit, a loop turn after the reply, every read sees the end as staged
+(Catalog.stage_execution); the request that would read it next, and any waiter woken by the
+end, run after the draw. A guardian that dies in between leaves the record running, and the
+next one says its end is unknown. Otherwise the screen must be caught up before the end is
+persisted. That is
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
 once a catch-up off the loop has drawn it (the execution looks running until then).
@@ -43,8 +42,6 @@ log = logging.getLogger(__name__)
 SCREEN_TEXT_LIMIT = 64 * 1024
 #: How often writes the disk refused are tried again.
 RETRY_S = 0.5
-#: Longest an answered end (and its screen text) waits for a commit to ride along with.
-ENDS_WRITE_S = 0.005
 
 
 def _screen_text(text: str) -> str:
@@ -65,7 +62,6 @@ class Finisher:
         self._drawing: dict[str, asyncio.Task[None]] = {}
         self._unflushed: list[Journal] = []  # journals of ended executions with held bytes
         self._retry: asyncio.TimerHandle | None = None
-        self._writer: asyncio.TimerHandle | None = None  # a commit for staged ends
 
     def finish(
         self,
@@ -102,29 +98,17 @@ class Finisher:
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
 
     def _draw_final(self, live: LiveExecution) -> None:
-        """The screen text of an execution whose end is already answered, staged with that
-        end (and the close of its journal, kept open for the reply to read the output's tail
-        through)."""
+        """The screen text of an execution whose end is already answered, written in one
+        commit with that end (and the close of its journal, kept open for the reply to read
+        the output's tail through)."""
         live.journal.close()
+        fields: dict[str, Any] = {}
         try:
-            text = _screen_text(live.screen.snapshot().text)
+            fields["screen_text"] = _screen_text(live.screen.snapshot().text)
         except Exception:  # a broken emulator must not break the shell's output path
             log.exception("screen of %s could not be drawn", live.execution_id)
-        else:
-            self._catalog.stage(live.execution_id, screen_text=text)
-        if self._notifier.waited_on:
-            self.write_now()
-        elif self._writer is None:
-            self._writer = asyncio.get_running_loop().call_later(ENDS_WRITE_S, self.write_now)
+        self.keep(live.execution_id, **fields)  # the staged end is written with it
         self._notifier.notify()
-
-    def write_now(self) -> None:
-        """Commit the staged ends now (kept for a retry if the disk refuses them)."""
-        if self._writer is not None:
-            self._writer.cancel()
-            self._writer = None
-        if not self._catalog.write_kept():
-            self._schedule_retry()
 
     async def _finish_drawn(
         self, live: LiveExecution, exit_code: int | None, reason: str | None, status: str,

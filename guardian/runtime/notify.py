@@ -48,11 +48,6 @@ class ChangeNotifier:
         return self._output.seq
 
     @property
-    def waited_on(self) -> bool:
-        """Does anyone wait for a notification now?"""
-        return bool(self._output.waiters or self._state.waiters)
-
-    @property
     def state_seq(self) -> int:
         """State notifications so far: the ``since`` of an ``output=False`` wait."""
         return self._state.seq
