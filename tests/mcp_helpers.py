@@ -109,8 +109,14 @@ async def kill_front_end(client: Client, config: Config) -> None:
                  what="tether serve process")
     assert len(serve) == 1
     os.kill(serve[0].pid, signal.SIGKILL)
-    poll(lambda: not serve[0].is_running() or serve[0].status() == psutil.STATUS_ZOMBIE,
-         what="front-end to die")
+
+    def gone() -> bool:
+        try:  # it may vanish between the two questions
+            return not serve[0].is_running() or serve[0].status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    poll(gone, what="front-end to die")
     with contextlib.suppress(BaseException):  # the transport is gone: closing may raise
         await client.__aexit__(None, None, None)
 
