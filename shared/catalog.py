@@ -485,7 +485,6 @@ class Catalog:
         self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
         return self._overlay(current)
 
-
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,
         last_read: dict[str, Any] | None,
