@@ -102,6 +102,7 @@ class GuardianHandle:
 
     paths: GuardianPaths
     info: dict[str, Any]
+    identity: ProcessIdentity  # from ``info``, checked when the handle was made
     client: GuardianClient
     version: Version
     capabilities: frozenset[str]
@@ -117,7 +118,7 @@ class GuardianHandle:
         """This very guardian process still runs (pid, create time and boot, never a pid
         alone)."""
         if self.liveness is None:
-            self.liveness = Liveness(_identity(self.info))
+            self.liveness = Liveness(self.identity)
         return self.liveness.alive()
 
     def close(self) -> None:
@@ -152,9 +153,13 @@ class GuardianHandle:
         # The first reply of this kind: its model's validator is built while the guardian
         # works on the request (1-2 ms once per method, which came on top of the call).
         sent = asyncio.ensure_future(self.client.call(method, params, timeout_s=timeout_s))
-        await asyncio.sleep(0)  # the request goes out
-        build_result_checker(method)
-        return read_result(method, await sent)
+        try:
+            await asyncio.sleep(0)  # the request goes out
+            build_result_checker(method)
+            return read_result(method, await sent)
+        except BaseException:
+            sent.cancel()  # a caller cancelled meanwhile leaves no call behind
+            raise
 
 
 class GuardianLocator:
@@ -353,7 +358,8 @@ class GuardianLocator:
                  "operator_action_required": True, "input_sent": False},
             )
         client.version = chosen
-        return GuardianHandle(paths, info, client, chosen, frozenset(greeting.capabilities))
+        return GuardianHandle(paths, info, identity, client, chosen,
+                              frozenset(greeting.capabilities))
 
     def _start_locked(self, paths: GuardianPaths,
                       workspace_root: str) -> tuple[list[dict[str, Any]], bool]:
@@ -389,12 +395,6 @@ class GuardianLocator:
             ErrorCode.GUARDIAN_START_FAILED,
             f"the guardian did not start within {START_TIMEOUT_S:g}s; see {paths.log}",
         )
-
-
-def _identity(info: dict[str, Any]) -> ProcessIdentity:
-    # guardian.json passed read_info's checks, so this parses; a malformed one never runs.
-    identity = ProcessIdentity.from_dict(info)
-    return identity if identity is not None else ProcessIdentity(-1, 0.0, "")
 
 
 def read_info(paths: GuardianPaths) -> dict[str, Any] | None:

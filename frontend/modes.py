@@ -44,15 +44,6 @@ RESTRICTED_KEYS = frozenset({
 #: What a check hands to the request it guards: ``{"mode_fingerprint": ...}``.
 Guard = dict[str, Any]
 
-#: Every ``wcgw`` mode is the same (it has no settings): its digest, computed once instead of
-#: a dump, JSON and SHA-256 per command.
-_WCGW_FINGERPRINT = mode_fingerprint(ModeSpec())
-
-
-def _fingerprint(mode: ModeSpec) -> str:
-    return _WCGW_FINGERPRINT if mode.name == "wcgw" else mode_fingerprint(mode)
-
-
 def _key(session: Session, root: str, scope: dict[str, Any]) -> tuple[str, str, str]:
     return (session.principal, root, str(scope["thread_id"]))
 
@@ -101,7 +92,7 @@ async def check_bash_action(
     if not isinstance(action, CommandAction | SendTextAction | SendKeysAction):
         return {}
     mode, cwd = await thread_mode(session, root, scope, fresh=fresh)
-    guard = {"mode_fingerprint": _fingerprint(mode)}
+    guard = {"mode_fingerprint": mode_fingerprint(mode)}
     if mode.name == "wcgw":
         return guard
     if isinstance(action, CommandAction):
@@ -137,7 +128,7 @@ async def check_agent_action(
     if session.caller.has_bash_authority:
         mode, _ = await thread_mode(session, root, scope, fresh=fresh)
     authorize_agent_action(session.caller, action, mode)
-    return {"mode_fingerprint": _fingerprint(mode)} if mode is not None else {}
+    return {"mode_fingerprint": mode_fingerprint(mode)} if mode is not None else {}
 
 
 async def send_checked(

@@ -38,7 +38,6 @@ from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.server.models import InitializationOptions
@@ -321,7 +320,7 @@ async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
     ``initialize`` handshake, or 2026-07-28 envelopes), then relays every later message
     through a task and a memory stream of its own: two more task switches per request.
     Here :meth:`Inbound.opening_request` peeks and the chosen serving loop reads the
-    stream directly. The loops are the SDK's (private names, checked on import); an SDK
+    stream directly. The loops are the SDK's (private names, checked when serving starts); an SDK
     without them gets ``Server.run``.
     """
     loops = _sdk_serving_loops()

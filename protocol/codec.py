@@ -78,8 +78,8 @@ _NOT_CONTAINER_HEADERS = bytes(b for b in range(256) if b not in _CONTAINER_HEAD
 def _check_depth(obj: Any, max_depth: int) -> None:
     """Refuse structures nested deeper than ``max_depth`` (level by level: no recursion).
 
-    Only containers are visited (decoded msgpack holds exact dicts and lists), so a request
-    of a dozen scalars costs a couple of steps: this runs for every frame on both sides.
+    Only containers are visited (decoded msgpack holds exact dicts and lists). Runs only for
+    a frame with more container headers than the limit (:func:`decode` counts them first).
     """
     level = [obj] if type(obj) in _CONTAINERS else []
     depth = 1

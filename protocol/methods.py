@@ -9,6 +9,7 @@ shapes are documented on the guardian handler that produces them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Annotated, Any, Literal
@@ -376,7 +377,21 @@ AGENT_LIFECYCLE_ACTIONS = frozenset(
 
 
 def mode_fingerprint(mode: ModeSpec) -> str:
-    """A short digest of a mode: what the front-end checked against, sent with every input."""
+    """A short digest of a mode: what the front-end checked against, sent with every input.
+
+    A mode without settings (``wcgw``, ``architect``) is its name alone: its digest is worked
+    out once, not by a dump, JSON and SHA-256 per input."""
+    if mode.code_writer is None:
+        return _named_mode_fingerprint(mode.name)
+    return _digest(mode)
+
+
+@functools.cache
+def _named_mode_fingerprint(name: str) -> str:
+    return _digest(ModeSpec.model_validate({"name": name}))
+
+
+def _digest(mode: ModeSpec) -> str:
     blob = json.dumps(mode.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -169,9 +169,7 @@ class GuardianClient:
                 if not cast(int, _get(sock, _EVENTS)) & _POLLIN:
                     return
                 frame = _recv(sock, _NOBLOCK)
-                if _get(sock, _RCVMORE):  # a DEALER reply is one part: never from a guardian
-                    while _get(sock, _RCVMORE):
-                        _recv(sock, _NOBLOCK)
+                if _discard_rest(sock):  # a DEALER reply is one part: never from a guardian
                     continue
             except zmq.ZMQError:
                 return
@@ -202,6 +200,15 @@ class GuardianClient:
                     TetherError(ErrorCode.GUARDIAN_UNAVAILABLE, "guardian connection closed")
                 )
         self._sock.close(linger=0)
+
+
+def _discard_rest(sock: zmq.Socket[Any]) -> bool:
+    """Drop the remaining parts of a message; True when it had any (one part was expected)."""
+    if not _get(sock, _RCVMORE):
+        return False
+    while _get(sock, _RCVMORE):
+        _recv(sock, _NOBLOCK)
+    return True
 
 
 def _expire(future: asyncio.Future[Any], method: str, waited_s: float) -> None:
@@ -277,9 +284,7 @@ class RouterServer:
                 # The peer's routing id, then its message (a message has at least one part).
                 identity = _recv(sock, _NOBLOCK)
                 frame = _recv(sock, _NOBLOCK)
-                if _get(sock, _RCVMORE):
-                    while _get(sock, _RCVMORE):
-                        _recv(sock, _NOBLOCK)
+                if _discard_rest(sock):
                     continue  # not a DEALER request: nothing sensible to answer
             except zmq.ZMQError:
                 return

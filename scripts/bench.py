@@ -108,12 +108,10 @@ async def tether_echo(rounds: int, workspace: Path) -> list[float]:
     return samples
 
 
-async def tether_observe(rounds: int, workspace: Path,
-                         first: list[float] | None = None) -> list[float]:
+async def tether_observe(rounds: int, workspace: Path) -> tuple[list[float], float]:
     """Execution.observe of 32 busy background executions (each printing continuously), after
-    three warm-up calls; the first call's time goes to ``first`` when given."""
+    three warm-up calls; and the first call's time."""
     samples: list[float] = []
-    first = [] if first is None else first
     async with Client(build_server(Config.from_env())) as client:
         session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
@@ -125,8 +123,7 @@ async def tether_observe(rounds: int, workspace: Path,
         observe = {**scope, "action": {"type": "observe", "items": items}}
         # Warm up as the echo bench does: a front-end's first call of a kind also builds
         # validators (the client's for the tool's outputSchema, the guardian's for the params).
-        first.extend(await _roundtrips(lambda: client.call_tool("Execution", observe), 3))
-        del first[1:]
+        first = (await _roundtrips(lambda: client.call_tool("Execution", observe), 3))[0]
         for _ in range(rounds):
             start = time.perf_counter()
             result = await client.call_tool("Execution", observe)
@@ -135,7 +132,7 @@ async def tether_observe(rounds: int, workspace: Path,
         for i in ids:
             await client.call_tool("BashCommand", {**scope, "action_json": {
                 "type": "send_keys", "keys": ["Ctrl-c"], "execution_id": i}, "wait_for_seconds": 0})
-    return samples
+    return samples, first
 
 
 ECHO_SERVER = """
@@ -288,6 +285,7 @@ async def attach_throughput(workspace: Path, command: str) -> dict[str, float]:
 
     from ptyprocess import PtyProcess
 
+    from tether.frontend.guardians import read_info
     from tether.shared.paths import guardian_paths
 
     go = workspace / f"go-{uuid.uuid4().hex[:8]}"
@@ -298,8 +296,9 @@ async def attach_throughput(workspace: Path, command: str) -> dict[str, float]:
                                                f"{command}")
         # The local principal's guardian of this workspace (the HTTP bench's principals
         # have guardians of their own in the same runtime directory).
-        info = guardian_paths(Config.from_env(), "local", session["workspace_root"]).info
-        guardian = int(json.loads(info.read_text())["pid"])
+        info = read_info(guardian_paths(Config.from_env(), "local", session["workspace_root"]))
+        assert info is not None
+        guardian = int(info["pid"])
         tether = str(Path(sys.executable).with_name("tether"))
         proc = PtyProcess.spawn([tether, "attach", eid], dimensions=(50, 120), env=dict(os.environ))
         received: list[tuple[float, int]] = []
@@ -599,6 +598,7 @@ def _rss_mb(pid: int) -> float:
 async def idle_rss(base: Path) -> tuple[float, float]:
     """RSS of a fresh guardian holding one idle shell (after one command), against a bare
     Python interpreter in the same run."""
+    from tether.frontend.guardians import read_info
     from tether.shared.paths import canonical_workspace, guardian_paths
 
     workspace = base / "ws-rss"
@@ -608,8 +608,8 @@ async def idle_rss(base: Path) -> tuple[float, float]:
         await client.call_tool("BashCommand", {
             "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
             "action_json": {"type": "command", "command": "true"}})
-    info = json.loads(guardian_paths(Config.from_env(), "local",
-                                     canonical_workspace(str(workspace))).info.read_text())
+    info = read_info(guardian_paths(Config.from_env(), "local", canonical_workspace(str(workspace))))
+    assert info is not None
     await asyncio.sleep(1.0)  # idle: whatever the request path allocated has settled
     guardian = _rss_mb(int(info["pid"]))
     bare = subprocess.run([sys.executable, "-c", "print(open('/proc/self/status').read())"],
@@ -787,12 +787,11 @@ def bench_restart(run: Run) -> None:
 
 def bench_observe(run: Run) -> None:
     # It leaves 32 busy programs behind until the guardian is stopped: run it last.
-    first: list[float] = []
-    observe = asyncio.run(tether_observe(max(10, run.args.rounds // 2), run.workspace, first))
+    observe, first = asyncio.run(tether_observe(max(10, run.args.rounds // 2), run.workspace))
     o50 = _ms(observe, .5)
     print(f"[observe] Execution.observe of 32 busy executions: p50 {o50:.2f} ms  "
           f"p95 {_ms(observe, .95):.2f} ms (target p50 <= 20 ms; ratio to target {o50 / 20:.2f}); "
-          f"a front-end's first observe {first[0] * 1000:.1f} ms")
+          f"a front-end's first observe {first * 1000:.1f} ms")
 
 
 def bench_agent_list(run: Run) -> None:

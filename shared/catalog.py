@@ -165,12 +165,6 @@ AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("turn_seq", "INTEGER NOT NULL DEFAULT 0"),
 )
 
-#: Every column of ``executions`` (names checked before they enter a query's text).
-_COLUMN_NAMES = frozenset(
-    line.split()[0] for line in _SCHEMA.split("CREATE TABLE IF NOT EXISTS executions (")[1]
-    .split(");")[0].strip().splitlines()
-) | {name for name, _ in AGENT_COLUMNS}
-
 #: Columns stored as JSON text and decoded into Python values on read.
 _JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery", "argv")
 _BOOL_COLUMNS = ("output_pending", "auto_archive", "notify_on_finish")
@@ -472,18 +466,29 @@ class Catalog:
         only); a guardian that dies meanwhile leaves it running, and the next guardian says
         its end is unknown, as for any execution it did not see end.
         """
+        current = self._record_since(execution_id, last_read)
+        if current is None:
+            return None
+        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
+        # A kept update (the disk refused it) is older: it goes out with this one, under it.
+        self._staged[execution_id] = {**self._kept.pop(execution_id, {}),
+                                      **self._staged.get(execution_id, {}), **fields}
+        return self._overlay(current)
+
+    def _record_since(
+        self, execution_id: str, last_read: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The stored record: ``last_read`` itself while the stored ``change_seq`` still
+        equals its own (nothing wrote the row since), else read whole; None: no such record."""
+        if last_read is None:
+            return self._stored_execution(execution_id)
         row = self._db.execute(
             "SELECT change_seq FROM executions WHERE execution_id = ?", (execution_id,)
         ).fetchone()
         if row is None:
             return None
-        current = (last_read if last_read is not None and row[0] == last_read.get("change_seq")
-                   else self._stored_execution(execution_id))
-        if current is None:
-            return None
-        fields["observed_at_unix_ms"] = self.clock.now_ms()  # as the reply says, not later
-        self._staged[execution_id] = {**self._staged.get(execution_id, {}), **fields}
-        return self._overlay(current)
+        return last_read if row[0] == last_read.get("change_seq") else self._stored_execution(
+            execution_id)
 
     def _write_or_keep(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool,
@@ -544,18 +549,8 @@ class Catalog:
         the stored fields it compared against (None: no such record), or with ``whole``
         the whole record as it is stored now (see :meth:`write_execution_or_keep`)."""
         with self.transaction():
-            if whole and last_read is not None:
-                # Unchanged since last_read (same change_seq): it is the stored row.
-                row = self._db.execute(
-                    "SELECT change_seq FROM executions WHERE execution_id = ?", (execution_id,)
-                ).fetchone()
-                current = (None if row is None else last_read
-                           if row[0] == last_read.get("change_seq")
-                           else self._stored_execution(execution_id))
-            elif whole:
-                current = self._stored_execution(execution_id)
-            else:
-                current = self._stored_fields(execution_id, fields)
+            current = (self._record_since(execution_id, last_read) if whole
+                       else self._stored_fields(execution_id, fields))
             if current is None:
                 return None
             # observed_at moves only with another field (R16); a staged end brings its own.
@@ -575,7 +570,7 @@ class Catalog:
     def _stored_fields(self, execution_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
         """The stored values of ``fields`` only (an end writes ten columns; reading and
         decoding all forty of them was most of its cost)."""
-        names = [name for name in fields if name in _COLUMN_NAMES]
+        names = [name for name in fields if name in self._defaults]  # every column
         if len(names) != len(fields):
             return self._stored_execution(execution_id)  # unknown column: let SQLite say so
         row = self._db.execute(

@@ -8,6 +8,9 @@ figures from the same files, so a lost record still says how much output it has 
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +43,21 @@ def scan_segments(directory: Path, execution_id: str) -> list[Segment]:
         segments.append(Segment(base, path, size))
     segments.sort(key=lambda s: s.base)
     return segments
+
+
+def delete_segments(directory: Path, execution_ids: Iterable[str]) -> None:
+    """Remove every segment of these executions, listing the directory once (a scan per
+    execution lists it whole each time: a prune of a long history was quadratic in it)."""
+    wanted = set(execution_ids)
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        execution_id, dot, rest = entry.name.partition(".")
+        if dot and execution_id in wanted and rest.endswith(".seg"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
 
 
 def window(segments: list[Segment], retain: int = DEFAULT_RETAIN_BYTES) -> tuple[int, int]:

@@ -8,14 +8,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 import pytest
 
-from tether.frontend.guardians import GuardianHandle, guardian_command, read_info
+from tether.frontend.guardians import GuardianHandle, GuardianLocator, guardian_command, read_info
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -141,6 +141,20 @@ def small_tmpfs(mount: Path, options: str) -> Iterator[Path]:
     finally:
         # Lazy: a guardian may still hold files open until its own teardown.
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@contextlib.asynccontextmanager
+async def guardian_thread(
+    config: Config, workspace: Path
+) -> AsyncIterator[tuple[GuardianHandle, dict[str, Any]]]:
+    """A handle on ``workspace``'s guardian and the scope of a new thread of it (see
+    :func:`open_thread`); the locator is closed after."""
+    locator = GuardianLocator(config)
+    try:
+        handle = await locator.handle(str(workspace))
+        yield handle, await open_thread(handle, workspace)
+    finally:
+        locator.close()
 
 
 async def open_thread(handle: GuardianHandle, workspace: Path) -> dict[str, Any]:

@@ -4,11 +4,9 @@ main-shell command drawn after the reply — with every promise of the slower pa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shlex
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +14,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.helpers import open_thread, poll
-from tether.frontend.guardians import GuardianLocator
+from tests.helpers import guardian_thread, poll
+from tether.frontend.guardians import GuardianHandle
 from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import Retention, RetentionLimits
@@ -243,6 +241,26 @@ def test_a_staged_end_is_read_at_once_and_persisted_with_the_next_commit(tmp_pat
     assert catalog.stage_execution("ex_missing", last_read=None, status="exited") is None
 
 
+def test_a_staged_update_goes_out_over_an_older_kept_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = Catalog(tmp_path / "c.sqlite3")
+    catalog.insert_execution(_record("ex_1"))
+    write = catalog._write_execution
+
+    def full_disk(*args: Any, **kwargs: Any) -> Any:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(catalog, "_write_execution", full_disk)
+    assert not catalog.update_execution_or_keep("ex_1", output_end=5)  # kept in memory
+    monkeypatch.setattr(catalog, "_write_execution", write)
+    catalog.stage_execution("ex_1", last_read=None, output_end=10)
+    with catalog.transaction():  # another commit writes what is staged
+        catalog.insert_execution(_record("ex_2"))
+    assert catalog.get_execution("ex_1")["output_end"] == 10  # type: ignore[index]
+    assert catalog.write_kept()  # nothing older is left to write over it
+    assert Catalog(tmp_path / "c.sqlite3").get_execution("ex_1")["output_end"] == 10  # type: ignore[index]
+
+
 async def test_whichever_commit_writes_a_staged_end_wakes_the_waiters(tmp_path: Path) -> None:
     # A waiter that found the end staged, not persisted, sleeps until a commit writes it:
     # the end's own, or another that it rides along with (here, the next command's insert).
@@ -278,31 +296,47 @@ class _Listener:
 async def test_a_deferred_draw_runs_before_the_screen_takes_more_output(tmp_path: Path) -> None:
     shell = MainShell(thread_id="th", generation=1, cwd=str(tmp_path), env={},
                       scratch=tmp_path, rows=5, cols=40, listener=_Listener())
-    drawn: list[str] = []
-    shell.screen.feed(b"first command's output")
-    shell.defer_draw(lambda: drawn.append(shell.screen.snapshot().text))
-    shell._on_output(b"\r\nLATER")  # output before the next loop turn (a background job)
-    assert drawn == ["first command's output"]
-    await asyncio.sleep(0)
-    assert len(drawn) == 1  # drawn once
-    shell.defer_draw(lambda: drawn.append("second"))
-    await asyncio.sleep(0)  # with nothing arriving it runs on the next loop turn
-    assert drawn[-1] == "second"
-    shell.close()
-
-
-@contextlib.asynccontextmanager
-async def _thread(tether_env: Config, workspace: Path) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-    """A handle on the workspace's guardian and a thread of it (the locator closed after)."""
-    locator = GuardianLocator(tether_env)
     try:
-        handle = await locator.handle(str(workspace))
-        yield handle, await open_thread(handle, workspace)
+        drawn: list[str] = []
+        shell.screen.feed(b"first command's output")
+        shell.defer_draw(lambda: drawn.append(shell.screen.snapshot().text))
+        shell._on_output(b"\r\nLATER")  # output before the next loop turn (a background job)
+        assert drawn == ["first command's output"]
+        await asyncio.sleep(0)
+        assert len(drawn) == 1  # drawn once
+        shell.defer_draw(lambda: drawn.append("second"))
+        await asyncio.sleep(0)  # with nothing arriving it runs on the next loop turn
+        assert drawn[-1] == "second"
     finally:
-        locator.close()
+        shell.close()
 
 
-async def _echo(handle: Any, scope: dict[str, Any], word: str) -> ExecResult:
+async def test_a_draw_run_by_arriving_output_writes_on_the_next_loop_turn(
+        tmp_path: Path) -> None:
+    # The PTY reader only appends: the draw reads the screen there, its write waits.
+    shell = MainShell(thread_id="th", generation=1, cwd=str(tmp_path), env={},
+                      scratch=tmp_path, rows=5, cols=40, listener=_Listener())
+    try:
+        written: list[str] = []
+        shell.screen.feed(b"before")
+
+        def draw() -> Any:
+            text = shell.screen.snapshot().text
+            return lambda: written.append(text)
+
+        shell.defer_draw(draw)
+        shell._on_output(b" after")
+        assert written == []
+        await asyncio.sleep(0)
+        assert written == ["before"]
+        shell.defer_draw(draw)
+        shell.resize(6, 40)  # anywhere else the write follows the draw at once
+        assert written == ["before", "before after"]
+    finally:
+        shell.close()
+
+
+async def _echo(handle: GuardianHandle, scope: dict[str, Any], word: str) -> ExecResult:
     """``echo word`` in the thread's shell, answered once it ended."""
     done: ExecResult = await handle.call("exec.start", {
         **scope, "command": f"echo {word}", "idempotency_key": word, "wait_ms": 5000},
@@ -313,7 +347,7 @@ async def _echo(handle: Any, scope: dict[str, Any], word: str) -> ExecResult:
 
 async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
         tether_env: Config, workspace: Path) -> None:
-    async with _thread(tether_env, workspace) as (handle, scope):
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
         ids = []
         for word in ("alpha-one", "beta-two"):
             done = await _echo(handle, scope, word)
@@ -344,7 +378,7 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         tether_env: Config, workspace: Path) -> None:
     # The reply comes first; the end and the final screen reach the file a moment later
     # (the draw a loop turn after the reply) with no further request, in one commit.
-    async with _thread(tether_env, workspace) as (handle, scope):
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
         done = await _echo(handle, scope, "idle-draw")
         reader = Catalog(guardian_paths(tether_env, "local", str(workspace)).catalog)
 

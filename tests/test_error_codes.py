@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import open_thread
+from tests.helpers import guardian_thread
 from tether.frontend import results
-from tether.frontend.guardians import GuardianLocator
 from tether.protocol.envelope import parse_response
 from tether.protocol.errors import ErrorCode, ForeignCode, TetherError
 from tether.shared.config import Config
@@ -23,10 +22,7 @@ CHUNK = "x" * 60_000
 async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown(
     tether_env: Config, workspace: Path
 ) -> None:
-    locator = GuardianLocator(tether_env)
-    try:
-        handle = await locator.handle(str(workspace))
-        scope = await open_thread(handle, workspace)
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
         # A program that never reads its input: the terminal's queue fills and stays full.
         start = {**scope, "command": "stty raw -echo; echo ready; exec sleep 60",
                  "background": True, "idempotency_key": "deaf", "wait_ms": 0}
@@ -57,8 +53,6 @@ async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown
         # attempt may have stopped before filling it. Either way the reply says what happened.
         written = stuck.value.data["bytes_written"]
         assert stuck.value.data["input_sent"] == ("partial" if written else False), stuck.value.data
-    finally:
-        locator.close()
 
 
 def _reply_with(code: object) -> TetherError:

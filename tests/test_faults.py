@@ -16,9 +16,8 @@ import zmq
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import open_thread, poll, start_guardian
+from tests.helpers import guardian_thread, poll, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
-from tether.frontend.guardians import GuardianLocator
 from tether.protocol import codec
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
@@ -134,10 +133,7 @@ def test_transport_replay_is_not_acted_upon(tether_env: Config, workspace: Path)
 
 
 async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace: Path) -> None:
-    locator = GuardianLocator(tether_env)
-    try:
-        handle = await locator.handle(str(workspace))
-        scope = await open_thread(handle, workspace)
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
         # "ready" once echo is off, so the terminal's own echo cannot double the text.
         start = {**scope, "command": "stty -echo; echo ready; cat", "background": True,
                  "idempotency_key": "start-once"}
@@ -164,8 +160,6 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
             await handle.call("exec.input", {**typed, "text": "other"}, timeout_s=10)
         assert conflict.value.code == ErrorCode.IDEMPOTENCY_CONFLICT
         assert conflict.value.data["input_sent"] is False
-    finally:
-        locator.close()
 
 
 async def test_two_front_ends_share_one_guardian(tether_env: Config, workspace: Path) -> None:

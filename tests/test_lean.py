@@ -31,9 +31,19 @@ def test_a_guardian_process_has_the_same_character_widths_from_the_extension_alo
     assert archives == "False False"  # shutil without bz2 and lzma
 
 
+_HOST = """
+import asyncio, sys
+import tether.guardian.lean
+import ssl, wcwidth
+print(sys.modules["wcwidth"] is wcwidth, "wcswidth" in dir(sys.modules["wcwidth"]), ssl.OPENSSL_VERSION != "")
+"""
+
+
 def test_a_process_that_already_runs_asyncio_keeps_its_modules() -> None:
     # A test runner, or any host importing guardian modules: nothing is taken from it.
-    import tether.guardian.lean  # noqa: F401
-
-    assert sys.modules["wcwidth"] is wcwidth
-    assert "wcswidth" in dir(sys.modules["wcwidth"])
+    run = subprocess.run([sys.executable, "-c", _HOST], capture_output=True, text=True,
+                         timeout=60, check=True)
+    same_package, full_package, has_ssl = run.stdout.split()
+    assert same_package == "True"
+    assert full_package == "True"
+    assert has_ssl == "True"

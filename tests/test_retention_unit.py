@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
-from tether.guardian.history import retention as retention_module
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import PRUNE_DELAY_S, Retention, RetentionLimits
 from tether.shared.catalog import Catalog
@@ -18,9 +15,13 @@ from tether.shared.paths import GuardianPaths
 class FakeClock(Clock):
     def __init__(self) -> None:
         self.now = 1_000_000
+        self.mono = 100.0
 
     def now_ms(self) -> int:
         return self.now
+
+    def monotonic(self) -> float:
+        return self.mono
 
 
 def _record(i: int, status: str, output: int = 0, terminal: int | None = None) -> dict[str, object]:
@@ -63,17 +64,15 @@ def test_output_budget_evicts_oldest_terminal_first(tmp_path: Path) -> None:
 
 
 def test_a_listing_prunes_unless_its_thread_was_pruned_a_moment_ago(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     catalog, retention, clock, _ = _setup(tmp_path)
-    now = [100.0]
-    monkeypatch.setattr(retention_module.time, "monotonic", lambda: now[0])
     catalog.insert_execution(_record(1, "exited", terminal=clock.now))
     retention.prune_stale("th", protect=set())  # never pruned: prunes (nothing to drop yet)
     clock.now += 24 * 3600 * 1000 + 1  # ex_1 has expired
-    now[0] += PRUNE_DELAY_S / 2
+    clock.mono += PRUNE_DELAY_S / 2
     retention.prune_stale("th", protect=set())  # pruned a moment ago, nothing new: no scan
     assert catalog.get_execution("ex_1") is not None
-    now[0] += PRUNE_DELAY_S / 2
+    clock.mono += PRUNE_DELAY_S / 2
     retention.prune_stale("th", protect=set())  # a while ago: prunes
     assert catalog.get_execution("ex_1") is None
     catalog.insert_execution(_record(2, "exited", terminal=clock.now - 24 * 3600 * 1000 - 1))

@@ -68,6 +68,17 @@ class Lines:
         return message
 
 
+def _serve_on_pipes(log: IO[bytes]) -> tuple[subprocess.Popen[bytes], Lines]:
+    """``tether serve`` on two pipes, past the handshake (its first reply read)."""
+    proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
+    proc.stdin.flush()
+    replies = Lines(proc.stdout.read1)
+    assert "result" in replies.next()
+    return proc, replies
+
+
 @pytest.fixture
 def stderr_log(tmp_path: Path) -> Iterator[tuple[Path, IO[bytes]]]:
     path = tmp_path / "serve.log"
@@ -161,14 +172,10 @@ def test_replies_that_do_not_fit_the_pipe_wait_in_order(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
     log_path, log = stderr_log
-    proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
+    proc, replies = _serve_on_pipes(log)
     assert proc.stdin is not None and proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
-    assert fcntl.fcntl(stdout.fileno(), F_GETPIPE_SZ) == PIPE_BYTES
-    stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
-    stdin.flush()
-    replies = Lines(stdout.read1)
-    assert "result" in replies.next()
+    stdin = proc.stdin
+    assert fcntl.fcntl(proc.stdout.fileno(), F_GETPIPE_SZ) == PIPE_BYTES
     # Each reply echoes a 100 KB id, more than the pipe holds: every one is written in parts,
     # after queueing behind the one before it. Small pings in between must not overtake.
     big = [f"{n}-" + "x" * 100_000 for n in range(4)]
@@ -261,11 +268,8 @@ def test_a_client_that_stops_reading_replies_ends_the_session_cleanly(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
     log_path, log = stderr_log
-    proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
+    proc, _ = _serve_on_pipes(log)
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
-    proc.stdin.flush()
-    assert "result" in Lines(proc.stdout.read1).next()
     proc.stdout.close()  # replies now fail with EPIPE: the server must carry on reading
     proc.stdin.write(b"".join(_ping(rid) for rid in range(1, 50)))
     proc.stdin.close()

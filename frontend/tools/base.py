@@ -45,7 +45,8 @@ class KnownModes:
 
 @dataclass
 class Session:
-    """What one tool call may use: the caller's guardian locator and its authority.
+    """What a caller's tool calls share: its guardian locator, its authority and its
+    lineage (resolved once, on first use).
 
     The locator is the caller's own (guardians are keyed by principal), so nothing a call
     does can reach another principal's guardians, records, threads or cursors (R28).

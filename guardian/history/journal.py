@@ -158,15 +158,6 @@ class Journal:
             os.close(self._fd)
             self._fd = None
 
-    def delete(self) -> None:
-        """Remove every segment (the record was pruned)."""
-        self.close()
-        end = self.end
-        for seg in self._segments:
-            seg.path.unlink(missing_ok=True)
-        self._held.clear()
-        self._segments = [_Segment(end, self._segment_path(end), 0)]
-
     # -- reading ---------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int) -> bytes:

@@ -13,9 +13,6 @@ bytes may show for at most that long, as after a new command).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +21,7 @@ from tether.protocol.limits import RECORD_TTL_MS, THREAD_MAX_BYTES, THREAD_MAX_R
 from tether.shared.catalog import TERMINAL_STATUSES, Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.segments import delete_segments
 
 #: How long after a new command its thread is pruned (bursts of commands share one prune).
 PRUNE_DELAY_S = 1.0
@@ -49,7 +47,7 @@ class Retention:
         self.limits = limits or RetentionLimits()
         self._soon: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
-        self._pruned_at: dict[str, float] = {}  # thread id -> time.monotonic() of its last prune
+        self._pruned_at: dict[str, float] = {}  # thread id -> clock.monotonic() of its last prune
 
     def prune_soon(self, thread_id: str, protect: Callable[[], Set[str]]) -> None:
         """Prune ``thread_id`` about :data:`PRUNE_DELAY_S` from now (on the running loop)."""
@@ -68,7 +66,7 @@ class Retention:
         """Prune before a listing: see the module's docstring for when this is skipped."""
         pruned_at = self._pruned_at.get(thread_id)
         if (thread_id in self._soon or pruned_at is None
-                or time.monotonic() - pruned_at >= PRUNE_DELAY_S):
+                or self.clock.monotonic() - pruned_at >= PRUNE_DELAY_S):
             self.prune_thread(thread_id, protect)
 
     def cancel(self) -> None:
@@ -79,7 +77,7 @@ class Retention:
 
     def prune_thread(self, thread_id: str, protect: Set[str]) -> list[str]:
         """Apply the limits to one thread; returns the pruned execution ids."""
-        self._pruned_at[thread_id] = time.monotonic()
+        self._pruned_at[thread_id] = self.clock.monotonic()
         rows = self.catalog.thread_records_for_pruning(thread_id)
         now = self.clock.now_ms()
 
@@ -110,24 +108,6 @@ class Retention:
         # Idempotency keys only guard against repeats in flight; a day is ample.
         self.catalog.forget_results_before(now - self.limits.ttl_ms)
         if victims:
-            self._delete_journals(victims)
+            delete_segments(self.paths.journals, victims)
             self.catalog.delete_executions(victims)
         return victims
-
-    def _delete_journals(self, execution_ids: list[str]) -> None:
-        """Remove the segment files of these executions, listing the directory once.
-
-        (Opening a Journal per victim lists the whole journals directory per victim: a prune
-        of a thread with a long history was quadratic in it.)
-        """
-        wanted = set(execution_ids)
-        try:
-            entries = list(os.scandir(self.paths.journals))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            # <execution_id>.<base>.seg (shared/segments.py)
-            execution_id, dot, rest = entry.name.partition(".")
-            if dot and execution_id in wanted and rest.endswith(".seg"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)

@@ -7,7 +7,6 @@ any handler runs, so a refused request never acts.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import sqlite3
@@ -178,10 +177,7 @@ class GuardianService:
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
             if request.method not in IMMEDIATE and request.method not in EAGER:
-                # The socket runs handlers eagerly, outside any task, until they suspend (see
-                # RouterServer): a method that waits suspends here first, so that all of it
-                # runs in a task of its own, where asyncio.timeout() works.
-                await asyncio.sleep(0)
+                await in_task()  # a method that waits runs all of it in a task (eager.py)
             result = await self._handlers[request.method](request, params)
             if not isinstance(result, Result):
                 # A handler still building a plain map: its reply is checked all the same.

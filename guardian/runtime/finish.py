@@ -8,10 +8,10 @@ The record keeps the final screen's text. A main shell's screen lives on after a
 its text is drawn just after the end is answered (nobody waits for it; the shell runs the
 draw before its screen takes another byte), and the end is written with it, in one commit.
 Until that commit, a loop turn after the reply, every read sees the end as staged
-(Catalog.stage_execution); the request that would read it next, and any waiter woken by the
-end, run after the draw. A guardian that dies in between leaves the record running, and the
-next one says its end is unknown. Otherwise the screen must be caught up before the end is
-persisted. That is
+(Catalog.stage_execution). The execution's own waiters reply from that staged record before
+the draw; the request that would read it next, and waiters on the change notifier, run after
+it. A guardian that dies in between leaves the record running, and the next one says its end
+is unknown. Otherwise the screen must be caught up before the end is persisted. That is
 quick unless the program ended right after a flood of output (up to the screen's 8 MiB
 pending buffer, seconds of emulation when no skip rule applies): then the end is persisted
 once a catch-up off the loop has drawn it (the execution looks running until then).
@@ -71,7 +71,7 @@ class Finisher:
         reason: str | None = None,
         status: str = "exited",
         now: bool = False,
-        defer_screen: Callable[[Callable[[], None]], None] | None = None,
+        defer_screen: Callable[[Callable[[], Callable[[], None]]], None] | None = None,
     ) -> None:
         """Persist the end of an execution and wake its waiters (a second call is a no-op).
 
@@ -97,18 +97,22 @@ class Finisher:
             return
         self._persist(live, exit_code, reason, status, ended, live.screen.snapshot().text)
 
-    def _draw_final(self, live: LiveExecution) -> None:
-        """The screen text of an execution whose end is already answered, written in one
-        commit with that end (and the close of its journal, kept open for the reply to read
-        the output's tail through)."""
-        live.journal.close()
+    def _draw_final(self, live: LiveExecution) -> Callable[[], None]:
+        """The screen text of an execution whose end is already answered; returns its write,
+        in one commit with that end (and the close of its journal, kept open for the reply to
+        read the output's tail through)."""
         fields: dict[str, Any] = {}
         try:
             fields["screen_text"] = _screen_text(live.screen.snapshot().text)
         except Exception:  # a broken emulator must not break the shell's output path
             log.exception("screen of %s could not be drawn", live.execution_id)
-        self.keep(live.execution_id, **fields)  # the staged end is written with it
-        self._notifier.notify()
+
+        def write() -> None:
+            live.journal.close()
+            self.keep(live.execution_id, **fields)  # the staged end is written with it
+            self._notifier.notify()
+
+        return write
 
     async def _finish_drawn(
         self, live: LiveExecution, exit_code: int | None, reason: str | None, status: str,

@@ -53,7 +53,6 @@ class Launcher:
     ) -> None:
         self._scope = scope
         self._catalog = catalog
-        self._paths = paths
         self._journals = paths.journals  # a Path built per access: once here
         self._clock = clock
         self._instance_id = instance_id
@@ -65,7 +64,7 @@ class Launcher:
 
     async def start(
         self, params: ExecStartParams, *, write_timeout_s: float,
-        claim: Callable[[], None] = lambda: None,
+        claim: Callable[[], None],
     ) -> dict[str, Any]:
         """Accept a command: create its record, then deliver it exactly once.
 

@@ -66,8 +66,7 @@ class ThreadModes:
             return
         sent, thread_id = request.params.get("mode_fingerprint"), request.params.get("thread_id")
         known = self._known.get(thread_id) if isinstance(thread_id, str) else None
-        if known is not None and (sent == known[1] or (
-                sent is None and known[1] == DEFAULT_FINGERPRINT)):
+        if known is not None and _fits(sent, known[1]):
             return  # the mode it was checked against is the thread's (the common case)
         try:
             guard = ModeGuard.model_validate(request.params)
@@ -76,8 +75,7 @@ class ThreadModes:
         if guard.thread_id is None:
             return
         current, fingerprint = self._mode(guard.thread_id)
-        if guard.mode_fingerprint == fingerprint or (
-                guard.mode_fingerprint is None and fingerprint == DEFAULT_FINGERPRINT):
+        if _fits(guard.mode_fingerprint, fingerprint):
             return
         raise TetherError(
             ErrorCode.MODE_CHANGED,
@@ -85,9 +83,6 @@ class ThreadModes:
             "against; nothing was typed. Check it again under the current mode.",
             {"mode": current.name, "input_sent": False},
         )
-
-    def mode(self, thread_id: str) -> ModeSpec:
-        return self._mode(thread_id)[0]
 
     def _mode(self, thread_id: str) -> tuple[ModeSpec, str]:
         """The thread's mode and its fingerprint (cached once the thread is known)."""
@@ -110,3 +105,8 @@ class ThreadModes:
         return ThreadModeResult.model_validate({
             "mode": mode.model_dump(mode="json"), "fingerprint": fingerprint,
             "cwd": self._threads.cwd(params.thread_id, thread["cwd"])})
+
+
+def _fits(sent: object, fingerprint: str) -> bool:
+    """Was input checked against this mode (no fingerprint sent: the default mode)?"""
+    return sent == fingerprint or (sent is None and fingerprint == DEFAULT_FINGERPRINT)

@@ -61,8 +61,10 @@ class Results:
         assert record is not None
         holder = live or was_live
         journal = holder.journal if holder is not None else self._live.journal(execution_id)
-        cwd = self._threads.shell_cwd(record["thread_id"])
-        if cwd is None:  # no shell of this thread here: the cwd it last had
+        shell = self._threads.shell(record["thread_id"])
+        if shell is not None:
+            cwd = shell.cwd
+        else:  # no shell of this thread here: the cwd it last had
             thread = self._catalog.get_thread(record["thread_id"])
             cwd = str(thread["cwd"] if thread else record["cwd"])
         wire = {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd}

@@ -132,7 +132,7 @@ class MainShell:
         self._discard_check = False
         # The final screen of the last command, drawn right after its end was answered
         # (Finisher.finish, defer_screen) and always before the screen changes again.
-        self._pending_draw: Callable[[], None] | None = None
+        self._pending_draw: Callable[[], Callable[[], None] | None] | None = None
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
@@ -164,18 +164,24 @@ class MainShell:
         self.current = live
         self._awaiting_start = True
 
-    def defer_draw(self, draw: Callable[[], None]) -> None:
-        """Run ``draw`` (it reads this shell's screen) on the next loop turn, or earlier if
-        the screen is about to change: before any more output is fed, a resize, a close."""
+    def defer_draw(self, draw: Callable[[], Callable[[], None] | None]) -> None:
+        """Run ``draw`` (it reads this shell's screen, and may return a write to do after)
+        on the next loop turn, or earlier if the screen is about to change: before any more
+        output is fed, a resize, a close."""
         self.flush_draw()
         self._pending_draw = draw
         asyncio.get_running_loop().call_soon(self.flush_draw)
 
-    def flush_draw(self) -> None:
-        """Run the pending draw now, if there is one."""
+    def flush_draw(self, *, write_now: bool = True) -> None:
+        """Run the pending draw now, if there is one, then its write: at once, or on the next
+        loop turn (``write_now=False``: the PTY reader only appends, it never writes files)."""
         draw, self._pending_draw = self._pending_draw, None
-        if draw is not None:
-            draw()
+        write = draw() if draw is not None else None
+        if write is not None:
+            if write_now:
+                write()
+            else:
+                asyncio.get_running_loop().call_soon(write)
 
     def resize(self, rows: int, cols: int) -> None:
         """Resize the terminal and its screen (a pending draw sees the old size first)."""
@@ -190,7 +196,7 @@ class MainShell:
 
     def _on_output(self, data: bytes) -> None:
         if self._pending_draw is not None:
-            self.flush_draw()
+            self.flush_draw(write_now=False)
         self.screen.feed(data)
         for piece in self._scanner.feed(data):
             if isinstance(piece, Marker):

@@ -162,11 +162,6 @@ class Threads:
         """Every live main shell (for parentage by process ancestry, R24)."""
         return list(self._shells.values())
 
-    def shell_cwd(self, thread_id: str) -> str | None:
-        """The current directory of the thread's shell here, or None when it has none."""
-        shell = self._shells.get(thread_id)
-        return shell.cwd if shell is not None else None
-
     def cwd(self, thread_id: str, fallback: str) -> str:
         """The shell's current directory, or ``fallback`` when the thread has no shell here."""
         shell = self._shells.get(thread_id)
