@@ -68,15 +68,18 @@ class Lines:
         return message
 
 
-def _serve_on_pipes(log: IO[bytes]) -> tuple[subprocess.Popen[bytes], Lines]:
-    """``tether serve`` on two pipes, past the handshake (its first reply read)."""
+def _serve_on_pipes(
+    log: IO[bytes],
+) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], Lines]:
+    """``tether serve`` on two pipes, past the handshake (its first reply read): the process,
+    its stdin and stdout, and its replies."""
     proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
     proc.stdin.flush()
     replies = Lines(proc.stdout.read1)
     assert "result" in replies.next()
-    return proc, replies
+    return proc, proc.stdin, proc.stdout, replies
 
 
 @pytest.fixture
@@ -172,10 +175,8 @@ def test_replies_that_do_not_fit_the_pipe_wait_in_order(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
     log_path, log = stderr_log
-    proc, replies = _serve_on_pipes(log)
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin = proc.stdin
-    assert fcntl.fcntl(proc.stdout.fileno(), F_GETPIPE_SZ) == PIPE_BYTES
+    proc, stdin, stdout, replies = _serve_on_pipes(log)
+    assert fcntl.fcntl(stdout.fileno(), F_GETPIPE_SZ) == PIPE_BYTES
     # Each reply echoes a 100 KB id, more than the pipe holds: every one is written in parts,
     # after queueing behind the one before it. Small pings in between must not overtake.
     big = [f"{n}-" + "x" * 100_000 for n in range(4)]
@@ -268,11 +269,10 @@ def test_a_client_that_stops_reading_replies_ends_the_session_cleanly(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
     log_path, log = stderr_log
-    proc, _ = _serve_on_pipes(log)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdout.close()  # replies now fail with EPIPE: the server must carry on reading
-    proc.stdin.write(b"".join(_ping(rid) for rid in range(1, 50)))
-    proc.stdin.close()
+    proc, stdin, stdout, _ = _serve_on_pipes(log)
+    stdout.close()  # replies now fail with EPIPE: the server must carry on reading
+    stdin.write(b"".join(_ping(rid) for rid in range(1, 50)))
+    stdin.close()
     assert _stop(proc) == 0  # the end of stdin still ends it, quietly
     text = log_path.read_text()
     assert LOOP in text and "the client is gone" in text and "Traceback" not in text
