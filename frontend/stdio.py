@@ -45,6 +45,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from tether.frontend import results, wire
+from tether.frontend.direct import DirectCalls
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.text import first_surrogate, unsafe_text_message
 
@@ -172,10 +173,14 @@ class Outbound:
     def __init__(self, writer: wire.Writer) -> None:
         self._writer = writer
         self._closed = False
+        #: Shown what is written while it waits for the handshake's answer.
+        self.direct: DirectCalls | None = None
 
     async def send(self, item: SessionMessage, /) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
+        if self.direct is not None and self.direct.watching:
+            self.direct.sent(item.message)
         line = item.message.model_dump_json(by_alias=True, exclude_unset=True)
         await self._writer.write(line.encode() + b"\n")
 
@@ -202,6 +207,8 @@ class Inbound:
         self._eof = False
         self._closed = False
         self._replay: collections.deque[SessionMessage | Exception] = collections.deque()
+        #: Takes the plain ``tools/call`` requests read from here on (see :mod:`.direct`).
+        self.direct: DirectCalls | None = None
 
     async def opening_request(self, keep: int) -> types.JSONRPCRequest | None:
         """Read up to the client's first request (None: the input ended before one) and
@@ -232,6 +239,10 @@ class Inbound:
             raw = self._next_line()
             if raw is None:
                 if self._eof:
+                    if self.direct is not None:
+                        # Answered now, while the SDK (which closes the write stream when
+                        # its loop ends) still answers its own calls the same way.
+                        await self.direct.close()
                     raise anyio.EndOfStream
                 chunk = await self._reader.read()
                 read = True
@@ -246,6 +257,9 @@ class Inbound:
             if isinstance(item, SessionMessage | Exception):
                 if not read:  # a burst already buffered: let the handlers run in between
                     await anyio.lowlevel.checkpoint()
+                if (self.direct is not None and isinstance(item, SessionMessage)
+                        and self.direct.take(item.message)):
+                    continue
                 return item
             try:
                 await self._outbound.send(SessionMessage(item))
@@ -313,7 +327,7 @@ async def stdio_transport() -> AsyncIterator[tuple[Inbound, Outbound]]:
 
 
 async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
-                options: InitializationOptions) -> None:
+                options: InitializationOptions, *, direct: bool = True) -> None:
     """``server.run(inbound, outbound, options)``, without its relay task.
 
     ``Server.run`` peeks at the client's first request to choose the protocol era (the
@@ -322,6 +336,9 @@ async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
     Here :meth:`Inbound.opening_request` peeks and the chosen serving loop reads the
     stream directly. The loops are the SDK's (private names, checked when serving starts); an SDK
     without them gets ``Server.run``.
+
+    With ``direct``, plain ``tools/call`` requests after the opening one skip the SDK's
+    per-request machinery (:mod:`tether.frontend.direct`).
     """
     loops = _sdk_serving_loops()
     if loops is None:
@@ -331,13 +348,21 @@ async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
     async with server.lifespan(server) as state:
         try:
             opening = await inbound.opening_request(keep)
-            if (opening is not None and opening.method != "initialize"
-                    and enveloped(opening.params)):
-                await modern(server, inbound, outbound, lifespan_state=state,
-                             raise_exceptions=False)
-            else:
-                await legacy(server, inbound, outbound, lifespan_state=state, session_id=None,
-                             init_options=options, raise_exceptions=False)
+            is_modern = (opening is not None and opening.method != "initialize"
+                         and enveloped(opening.params))
+            calls = DirectCalls.for_server(server, outbound.send, modern=is_modern,
+                                           opening=opening) if direct else None
+            inbound.direct = outbound.direct = calls
+            try:
+                if is_modern:
+                    await modern(server, inbound, outbound, lifespan_state=state,
+                                 raise_exceptions=False)
+                else:
+                    await legacy(server, inbound, outbound, lifespan_state=state,
+                                 session_id=None, init_options=options, raise_exceptions=False)
+            finally:
+                if calls is not None:
+                    await calls.close()
         finally:
             await inbound.aclose()
             await outbound.aclose()

@@ -1,0 +1,261 @@
+"""Plain ``tools/call`` requests skip the SDK's per-request machinery (``frontend/direct.py``):
+the answers are the SDK's, byte for byte, in both protocol eras; anything but the plain case
+still goes to the SDK; a cancelled call is not answered, and the end of input answers the calls
+still running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from mcp import Client
+
+from tests.conftest import stdio_params
+from tests.helpers import poll
+from tether.frontend import direct, stdio
+from tether.frontend.server import build_server
+from tether.shared.config import Config
+
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+          "io.modelcontextprotocol/clientCapabilities": {},
+          "io.modelcontextprotocol/clientInfo": {"name": "direct-test", "version": "0"}}
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "direct-test", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def _call(rid: int | str, name: str, arguments: Any, meta: dict[str, Any] | None = None,
+          **extra: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, "arguments": arguments, **extra}
+    if meta is not None:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+class _Feed:
+    """Lines to read, then the end of input once ``answers`` replies were written."""
+
+    def __init__(self, lines: list[bytes], answers: int) -> None:
+        self._lines = lines
+        self._answers = answers
+        self.written: list[bytes] = []
+        self._enough = asyncio.Event()
+
+    async def read(self) -> bytes:
+        if self._lines:
+            return self._lines.pop(0)
+        await asyncio.wait_for(self._enough.wait(), 20)
+        return b""
+
+    async def write(self, data: bytes) -> None:
+        self.written.append(data)
+        if len(self.written) >= self._answers:
+            self._enough.set()
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _requests(meta: dict[str, Any] | None, rel: str) -> list[dict[str, Any]]:
+    """Calls with deterministic answers (no guardian): direct ones and ones the SDK must take."""
+    return [
+        _call(1, "NoSuchTool", {}, meta),                                 # a tool error
+        _call(2, "Initialize", {"workspace_root": rel}, meta),            # refused by Tether
+        _call(3, "BashCommand", {"thread_id": 5}, meta),                  # arguments refused
+        _call("four", "Initialize", {"workspace_root": rel, "x": "é✓"}, meta),
+        _call(5, "NoSuchTool", {}, {**(meta or {}), "progressToken": 9}),  # the SDK's: progress
+        {"jsonrpc": "2.0", "id": 6, "method": "tools/call",               # the SDK's: no name
+         "params": {"arguments": {}, **({"_meta": meta} if meta else {})}},
+        _call(7, "NoSuchTool", {}, {"io.modelcontextprotocol/protocolVersion": "1999-01-01",
+                                    "io.modelcontextprotocol/clientCapabilities": {}}
+              if meta else MODERN),                                       # the SDK's: bad era
+    ]
+
+
+async def _serve(lines: list[bytes], answers: int, *, direct_calls: bool) -> list[bytes]:
+    feed = _Feed(lines, answers)
+    outbound = stdio.Outbound(feed)
+    inbound = stdio.Inbound(feed, outbound)
+    server = build_server(Config.from_env())
+    await stdio.serve(server, inbound, outbound, server.create_initialization_options(),
+                      direct=direct_calls)
+    return feed.written
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_direct_answers_are_the_sdks_byte_for_byte(
+    tether_env: Config, monkeypatch: pytest.MonkeyPatch, era: str
+) -> None:
+    meta = MODERN if era == "modern" else None
+    head = [_line(INITIALIZE), _line(INITIALIZED)] if era == "handshake" else []
+    calls = [_line(r) for r in _requests(meta, "relative/path")]
+    # The opening request is the SDK's either way: a ping opens the modern session.
+    opening = [_line({"jsonrpc": "2.0", "id": "p", "method": "ping",
+                      "params": {"_meta": MODERN}})] if meta else []
+    lines = head + opening + calls
+    answers = len(calls) + (1 if head else 0) + len(opening)
+
+    started: list[int | str] = []
+    run = direct.DirectCalls._run
+
+    async def spy(self: direct.DirectCalls, rid: int | str, version: str, params: Any) -> None:
+        started.append(rid)
+        await run(self, rid, version, params)
+
+    monkeypatch.setattr(direct.DirectCalls, "_run", spy)
+    by_sdk = await _serve(list(lines), answers, direct_calls=False)
+    assert started == []
+    by_direct = await _serve(list(lines), answers, direct_calls=True)
+    assert sorted(started, key=str) == sorted([1, 2, 3, "four"], key=str)
+    assert len(by_sdk) == answers
+
+    def by_id(written: list[bytes]) -> dict[Any, bytes]:
+        return {json.loads(line)["id"]: line for line in written}
+
+    assert by_id(by_direct) == by_id(by_sdk)
+    tool_error = json.loads(by_id(by_direct)[1])["result"]
+    assert tool_error["isError"] is True and "unknown tool" in tool_error["content"][0]["text"]
+    assert "error" in json.loads(by_id(by_direct)[6])  # the SDK's own refusal
+
+
+# -- through tether serve --------------------------------------------------------------------
+
+
+def _spawn(log: IO[bytes]) -> subprocess.Popen[bytes]:
+    params = stdio_params()
+    return subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log)
+
+
+class _Replies:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self._read = proc.stdout.read1
+        self._buffer = b""
+
+    def next(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = self._read(65536)
+            assert chunk, "tether serve closed its stdout"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+
+@pytest.fixture
+def serve(tether_env: Config, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes],
+                                                                   _Replies, dict[str, Any]]]:
+    """``tether serve`` past the handshake with one shell: process, replies, call arguments."""
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = _spawn(log)
+        assert proc.stdin is not None
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        try:
+            proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED) + _line(
+                _call(1, "Initialize", {"workspace_root": str(workspace)})))
+            proc.stdin.flush()
+            replies = _Replies(proc)
+            assert "result" in replies.next()
+            data = replies.next()["result"]["structuredContent"]["data"]
+            args = {"thread_id": data["thread_id"], "workspace_root": data["workspace_root"]}
+            yield proc, replies, args
+        finally:
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def _command(args: dict[str, Any], command: str, **extra: Any) -> dict[str, Any]:
+    return {**args, "action_json": {"type": "command", "command": command}, **extra}
+
+
+def test_a_cancelled_call_is_not_answered_and_the_session_goes_on(
+    serve: tuple[subprocess.Popen[bytes], _Replies, dict[str, Any]]
+) -> None:
+    proc, replies, args = serve
+    assert proc.stdin is not None
+
+    def send(*messages: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(b"".join(_line(m) for m in messages))
+        proc.stdin.flush()
+
+    # Whether the command was typed before the cancel is a race either way (as with the SDK);
+    # what is certain is that call 2 is never answered.
+    send(_call(2, "BashCommand", _command(args, "sleep 1; echo late", wait_for_seconds=10)),
+         {"jsonrpc": "2.0", "method": "notifications/cancelled",
+          "params": {"requestId": 2, "reason": "test"}},
+         _call(3, "BashCommand", {**args, "action_json": {
+             "type": "command", "command": "sleep 2; echo next", "is_background": True}}))
+    started = replies.next()
+    assert started["id"] == 3, f"a cancelled call was answered: {started}"
+    execution = started["result"]["structuredContent"]["data"]["execution_id"]
+    # Answered after call 2 would have been, had it not been cancelled.
+    send(_call(4, "BashCommand", {**args, "wait_for_seconds": 10, "action_json": {
+        "type": "status_check", "execution_id": execution}}))
+    finished = replies.next()
+    assert finished["id"] == 4, f"a cancelled call was answered: {finished}"
+    assert finished["result"]["structuredContent"]["data"]["output"].strip() == "next"
+
+
+def test_the_end_of_input_answers_the_calls_still_running(
+    serve: tuple[subprocess.Popen[bytes], _Replies, dict[str, Any]]
+) -> None:
+    proc, replies, args = serve
+    assert proc.stdin is not None
+    proc.stdin.write(_line(_call(2, "BashCommand", _command(args, "sleep 30",
+                                                              wait_for_seconds=60))))
+    proc.stdin.flush()
+    time.sleep(0.3)  # let the call start; the answer below must come from the end of input
+    started = time.monotonic()
+    proc.stdin.close()
+    reply = replies.next()
+    assert reply["id"] == 2 and reply["error"]["message"] == "Connection closed"
+    assert time.monotonic() - started < 10
+    assert poll(lambda: proc.poll() is not None, timeout=10)
+    assert proc.returncode == 0
+
+
+@pytest.mark.anyio
+async def test_a_call_with_a_progress_token_gets_its_progress(tether_env: Config,
+                                                               workspace: Path) -> None:
+    ticks: list[float] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        ticks.append(done)
+
+    async with Client(stdio_params()) as client:
+        result = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
+        assert result.structured_content is not None
+        data = result.structured_content["data"]
+        args = {"thread_id": data["thread_id"], "workspace_root": data["workspace_root"]}
+        slow = await client.call_tool("BashCommand", _command(args, "sleep 1.5; echo done",
+                                                              wait_for_seconds=10),
+                                      progress_callback=on_progress)
+        quick = await client.call_tool("BashCommand", _command(args, "echo quick"))
+    assert slow.structured_content is not None and quick.structured_content is not None
+    assert slow.structured_content["data"]["output"].strip() == "done"
+    assert quick.structured_content["data"]["output"].strip() == "quick"
+    assert ticks[:1] == [1.0]
