@@ -7,6 +7,7 @@ journals and log under the state dir.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -36,7 +37,7 @@ def refuse_broad_workspace(root: str, config: Config) -> str:
     """Refuse a canonical workspace that is too broad to be one: ``/``, the home directory,
     or a directory that contains it, unless the operator allowed that root
     (TETHER_ALLOW_BROAD_WORKSPACES). A guardian for ``/`` would serve the whole filesystem."""
-    home = os.path.realpath(config.home)
+    home = _real_home(config.home)
     broad = root == os.sep or root == home or home.startswith(root.rstrip(os.sep) + os.sep)
     if broad and root not in config.broad_workspaces_allowed:
         what = "the filesystem root" if root == os.sep else (
@@ -49,6 +50,12 @@ def refuse_broad_workspace(root: str, config: Config) -> str:
             {"workspace_root": root, "input_sent": False, "operator_action_required": True},
         )
     return root
+
+
+@functools.lru_cache(maxsize=8)
+def _real_home(home: str) -> str:
+    # Asked on every tool call; a home directory's real path does not move under a process.
+    return os.path.realpath(home)
 
 
 def guardian_key(principal: str, workspace_root: str) -> str:
