@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import poll
+from tests.helpers import Lines, poll, tether_processes
 from tether.frontend import direct, stdio
 from tether.frontend.server import build_server
 from tether.shared.config import Config
@@ -142,25 +142,9 @@ def _spawn(log: IO[bytes]) -> subprocess.Popen[bytes]:
                             stdout=subprocess.PIPE, stderr=log)
 
 
-class _Replies:
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        self._read = proc.stdout.read1
-        self._buffer = b""
-
-    def next(self) -> dict[str, Any]:
-        while b"\n" not in self._buffer:
-            chunk = self._read(65536)
-            assert chunk, "tether serve closed its stdout"
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)
-        return message
-
-
 @pytest.fixture
 def serve(tether_env: Config, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes],
-                                                                   _Replies, dict[str, Any]]]:
+                                                                   Lines, dict[str, Any]]]:
     """``tether serve`` past the handshake with one shell: process, replies, call arguments."""
     with (tmp_path / "serve.log").open("wb") as log:
         proc = _spawn(log)
@@ -171,7 +155,8 @@ def serve(tether_env: Config, tmp_path: Path) -> Iterator[tuple[subprocess.Popen
             proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED) + _line(
                 _call(1, "Initialize", {"workspace_root": str(workspace)})))
             proc.stdin.flush()
-            replies = _Replies(proc)
+            assert proc.stdout is not None
+            replies = Lines(proc.stdout.read1)
             assert "result" in replies.next()
             data = replies.next()["result"]["structuredContent"]["data"]
             args = {"thread_id": data["thread_id"], "workspace_root": data["workspace_root"]}
@@ -192,7 +177,7 @@ def _command(args: dict[str, Any], command: str, **extra: Any) -> dict[str, Any]
 
 
 def test_a_cancelled_call_is_not_answered_and_the_session_goes_on(
-    serve: tuple[subprocess.Popen[bytes], _Replies, dict[str, Any]]
+    serve: tuple[subprocess.Popen[bytes], Lines, dict[str, Any]]
 ) -> None:
     proc, replies, args = serve
     assert proc.stdin is not None
@@ -221,14 +206,15 @@ def test_a_cancelled_call_is_not_answered_and_the_session_goes_on(
 
 
 def test_the_end_of_input_answers_the_calls_still_running(
-    serve: tuple[subprocess.Popen[bytes], _Replies, dict[str, Any]]
+    serve: tuple[subprocess.Popen[bytes], Lines, dict[str, Any]], tether_env: Config
 ) -> None:
     proc, replies, args = serve
     assert proc.stdin is not None
     proc.stdin.write(_line(_call(2, "BashCommand", _command(args, "sleep 30",
                                                               wait_for_seconds=60))))
     proc.stdin.flush()
-    time.sleep(0.3)  # let the call start; the answer below must come from the end of input
+    # The call is under way once its command runs; the answer must come from the end of input.
+    poll(lambda: tether_processes(tether_env.runtime_dir, "sleep 30"), what="the command")
     started = time.monotonic()
     proc.stdin.close()
     reply = replies.next()

@@ -19,7 +19,7 @@ import pytest
 from mcp.shared.message import SessionMessage
 
 from tests.conftest import stdio_params
-from tests.helpers import poll
+from tests.helpers import Lines, poll
 from tether.frontend import stdio
 from tether.shared.config import Config
 
@@ -49,23 +49,6 @@ def _spawn(stdin: Any, stdout: Any, log: IO[bytes]) -> subprocess.Popen[bytes]:
 
 def _nonblocking(fd: int) -> bool:
     return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK)
-
-
-class Lines:
-    """Replies read from a descriptor, one JSON object per line."""
-
-    def __init__(self, read: Any) -> None:
-        self._read = read
-        self._buffer = b""
-
-    def next(self) -> dict[str, Any]:
-        while b"\n" not in self._buffer:
-            chunk = self._read(65536)
-            assert chunk, "tether serve closed its stdout"
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)
-        return message
 
 
 def _serve_on_pipes(
