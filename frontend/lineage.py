@@ -11,13 +11,17 @@ agent that front-end launches is stamped with that execution as its parent:
    other live guardian of this principal.
 
 Parentage never comes from ``cwd``. The answer cannot change while this process lives (an
-ancestor execution existed before this process did), so it is looked up once.
+ancestor execution existed before this process did), so it is looked up once: once it is
+certain. When a guardian could not be asked (restarting, stalled past the lookup's timeout),
+"no parent" is only what is known so far, and the lookup is tried again after
+``RETRY_UNCERTAIN_S``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 ENV_EXECUTION = "TETHER_EXECUTION_ID"
 ENV_WORKSPACE = "TETHER_WORKSPACE"
 LOOKUP_TIMEOUT_S = 5.0
+#: How long an uncertain "no parent" stands before the guardians are asked again.
+RETRY_UNCERTAIN_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,8 @@ class Lineage:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     _resolved: bool = False
     _parent: Parent | None = None
+    #: After an uncertain "no parent": when to ask the guardians again (monotonic seconds).
+    _retry_at: float | None = None
 
     async def parent(self, locator: GuardianLocator, workspace_root: str) -> Parent | None:
         if self._resolved:
@@ -91,13 +99,23 @@ class Lineage:
         if execution_id and workspace:
             self._parent = Parent(execution_id, workspace, "environment")
         else:
-            self._parent = await self._by_ancestry(locator, workspace_root)
+            if self._retry_at is not None and time.monotonic() < self._retry_at:
+                return None
+            parent, certain = await self._by_ancestry(locator, workspace_root)
+            if parent is None and not certain:
+                self._retry_at = time.monotonic() + RETRY_UNCERTAIN_S
+                return None
+            self._parent = parent
         self._resolved = True
         return self._parent
 
-    async def _by_ancestry(self, locator: GuardianLocator, workspace_root: str) -> Parent | None:
+    async def _by_ancestry(self, locator: GuardianLocator,
+                           workspace_root: str) -> tuple[Parent | None, bool]:
+        """The parent found by asking the guardians, and whether every one of them could
+        be asked (so that "none" is certain)."""
         chain = ancestors()
         roots = [workspace_root, *(r for r in live_guardian_roots(locator) if r != workspace_root)]
+        certain = True
         for root in roots:
             try:
                 handle = await locator.handle(root)
@@ -110,7 +128,8 @@ class Lineage:
                     timeout_s=LOOKUP_TIMEOUT_S,
                 )
             except TetherError:
+                certain = False
                 continue
             if found.execution_id:
-                return Parent(str(found.execution_id), root, "ancestry")
-        return None
+                return Parent(str(found.execution_id), root, "ancestry"), True
+        return None, certain
