@@ -164,19 +164,3 @@ async def open_thread(handle: GuardianHandle, workspace: Path) -> dict[str, Any]
     thread = await handle.call("thread.open", base, timeout_s=10)
     return {**base, "thread_id": thread.thread_id}
 
-
-class Lines:
-    """JSON-RPC messages read from a stream (``read(n)`` gives bytes), one per line."""
-
-    def __init__(self, read: Callable[[int], bytes]) -> None:
-        self._read = read
-        self._buffer = b""
-
-    def next(self) -> dict[str, Any]:
-        while b"\n" not in self._buffer:
-            chunk = self._read(65536)
-            assert chunk, "tether serve closed its stdout"
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)
-        return message

@@ -9,15 +9,16 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx2
 import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.conftest import stdio_params
 from tests.helpers import poll, tether_processes
 from tether.shared.config import Config
 
@@ -174,3 +175,52 @@ def http_server(principals: Path, *extra: str, log: Path | None = None) -> Itera
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+class Lines:
+    """JSON-RPC messages read from a stream (``read(n)`` gives bytes), one per line."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
+        self._buffer = b""
+
+    def next(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = self._read(65536)
+            assert chunk, "tether serve closed its stdout"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+
+# -- raw JSON-RPC lines to a real ``tether serve`` -------------------------------------------
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "transport-test", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def json_line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def spawn_serve(stdin: Any, stdout: Any, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """``tether serve`` on the given stdin and stdout, logging at DEBUG into ``log``."""
+    params = stdio_params()
+    return subprocess.Popen([params.command, *params.args, "--log-level", "DEBUG"],
+                            stdin=stdin, stdout=stdout, stderr=log)
+
+
+def serve_on_pipes(
+    log: IO[bytes],
+) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], Lines]:
+    """``tether serve`` on two pipes, past the handshake (its first reply read): the process,
+    its stdin and stdout, and its replies."""
+    proc = spawn_serve(subprocess.PIPE, subprocess.PIPE, log)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json_line(INITIALIZE) + json_line(INITIALIZED))
+    proc.stdin.flush()
+    replies = Lines(proc.stdout.read1)
+    assert "result" in replies.next()
+    return proc, proc.stdin, proc.stdout, replies

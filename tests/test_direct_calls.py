@@ -11,13 +11,14 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import Lines, poll, tether_processes
+from tests.helpers import poll, tether_processes
+from tests.mcp_helpers import INITIALIZE, INITIALIZED, Lines, json_line, serve_on_pipes
 from tether.frontend import direct, stdio
 from tether.frontend.server import build_server
 from tether.shared.config import Config
@@ -25,16 +26,6 @@ from tether.shared.config import Config
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
           "io.modelcontextprotocol/clientCapabilities": {},
           "io.modelcontextprotocol/clientInfo": {"name": "direct-test", "version": "0"}}
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "direct-test", "version": "0"}}}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-
-
-def _line(message: dict[str, Any]) -> bytes:
-    return json.dumps(message).encode() + b"\n"
-
-
 def _call(rid: int | str, name: str, arguments: Any, meta: dict[str, Any] | None = None,
           **extra: Any) -> dict[str, Any]:
     params: dict[str, Any] = {"name": name, "arguments": arguments, **extra}
@@ -102,10 +93,10 @@ async def test_direct_answers_are_the_sdks_byte_for_byte(
     tether_env: Config, monkeypatch: pytest.MonkeyPatch, era: str
 ) -> None:
     meta = MODERN if era == "modern" else None
-    head = [_line(INITIALIZE), _line(INITIALIZED)] if era == "handshake" else []
-    calls = [_line(r) for r in _requests(meta, "relative/path")]
+    head = [json_line(INITIALIZE), json_line(INITIALIZED)] if era == "handshake" else []
+    calls = [json_line(r) for r in _requests(meta, "relative/path")]
     # The opening request is the SDK's either way: a ping opens the modern session.
-    opening = [_line({"jsonrpc": "2.0", "id": "p", "method": "ping",
+    opening = [json_line({"jsonrpc": "2.0", "id": "p", "method": "ping",
                       "params": {"_meta": MODERN}})] if meta else []
     lines = head + opening + calls
     answers = len(calls) + (1 if head else 0) + len(opening)
@@ -136,34 +127,23 @@ async def test_direct_answers_are_the_sdks_byte_for_byte(
 # -- through tether serve --------------------------------------------------------------------
 
 
-def _spawn(log: IO[bytes]) -> subprocess.Popen[bytes]:
-    params = stdio_params()
-    return subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log)
-
-
 @pytest.fixture
 def serve(tether_env: Config, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes],
                                                                    Lines, dict[str, Any]]]:
     """``tether serve`` past the handshake with one shell: process, replies, call arguments."""
     with (tmp_path / "serve.log").open("wb") as log:
-        proc = _spawn(log)
-        assert proc.stdin is not None
+        proc, stdin, _, replies = serve_on_pipes(log)
         workspace = tmp_path / "ws"
         workspace.mkdir()
         try:
-            proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED) + _line(
-                _call(1, "Initialize", {"workspace_root": str(workspace)})))
-            proc.stdin.flush()
-            assert proc.stdout is not None
-            replies = Lines(proc.stdout.read1)
-            assert "result" in replies.next()
+            stdin.write(json_line(_call(1, "Initialize", {"workspace_root": str(workspace)})))
+            stdin.flush()
             data = replies.next()["result"]["structuredContent"]["data"]
             args = {"thread_id": data["thread_id"], "workspace_root": data["workspace_root"]}
             yield proc, replies, args
         finally:
-            if proc.stdin is not None and not proc.stdin.closed:
-                proc.stdin.close()
+            if not stdin.closed:
+                stdin.close()
             try:
                 proc.wait(timeout=10)
             finally:
@@ -184,7 +164,7 @@ def test_a_cancelled_call_is_not_answered_and_the_session_goes_on(
 
     def send(*messages: dict[str, Any]) -> None:
         assert proc.stdin is not None
-        proc.stdin.write(b"".join(_line(m) for m in messages))
+        proc.stdin.write(b"".join(json_line(m) for m in messages))
         proc.stdin.flush()
 
     # Whether the command was typed before the cancel is a race either way (as with the SDK);
@@ -210,7 +190,7 @@ def test_the_end_of_input_answers_the_calls_still_running(
 ) -> None:
     proc, replies, args = serve
     assert proc.stdin is not None
-    proc.stdin.write(_line(_call(2, "BashCommand", _command(args, "sleep 30",
+    proc.stdin.write(json_line(_call(2, "BashCommand", _command(args, "sleep 30",
                                                               wait_for_seconds=60))))
     proc.stdin.flush()
     # The call is under way once its command runs; the answer must come from the end of input.

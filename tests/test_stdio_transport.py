@@ -18,51 +18,30 @@ from typing import IO, Any
 import pytest
 from mcp.shared.message import SessionMessage
 
-from tests.conftest import stdio_params
-from tests.helpers import Lines, poll
+from tests.helpers import poll
+from tests.mcp_helpers import (
+    INITIALIZE,
+    INITIALIZED,
+    Lines,
+    json_line,
+    serve_on_pipes,
+    spawn_serve,
+)
 from tether.frontend import stdio
 from tether.shared.config import Config
 
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "transport-test", "version": "0"}}}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 LOOP = "stdio on the event loop"
 F_GETPIPE_SZ = 1032
 PIPE_BYTES = 65536
 THREADS = "stdio in worker threads"
 
 
-def _line(message: dict[str, Any]) -> bytes:
-    return json.dumps(message).encode() + b"\n"
-
-
 def _ping(rid: int) -> bytes:
-    return _line({"jsonrpc": "2.0", "id": rid, "method": "ping"})
-
-
-def _spawn(stdin: Any, stdout: Any, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    params = stdio_params()
-    return subprocess.Popen([params.command, *params.args, "--log-level", "DEBUG"],
-                            stdin=stdin, stdout=stdout, stderr=log)
+    return json_line({"jsonrpc": "2.0", "id": rid, "method": "ping"})
 
 
 def _nonblocking(fd: int) -> bool:
     return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK)
-
-
-def _serve_on_pipes(
-    log: IO[bytes],
-) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], Lines]:
-    """``tether serve`` on two pipes, past the handshake (its first reply read): the process,
-    its stdin and stdout, and its replies."""
-    proc = _spawn(subprocess.PIPE, subprocess.PIPE, log)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(_line(INITIALIZE) + _line(INITIALIZED))
-    proc.stdin.flush()
-    replies = Lines(proc.stdout.read1)
-    assert "result" in replies.next()
-    return proc, proc.stdin, proc.stdout, replies
 
 
 @pytest.fixture
@@ -89,9 +68,9 @@ def test_pipes_run_on_the_loop_without_touching_shared_descriptions(
     out_r, out_w = os.pipe()
     # The parent keeps the very descriptions the child serves on (as a shell passing its
     # own stdin and stdout through would): their flags must not change under it.
-    proc = _spawn(in_r, out_w, log)
+    proc = spawn_serve(in_r, out_w, log)
     try:
-        os.write(in_w, _line(INITIALIZE) + _line(INITIALIZED) + _ping(1))
+        os.write(in_w, json_line(INITIALIZE) + json_line(INITIALIZED) + _ping(1))
         replies = Lines(lambda n: os.read(out_r, n))
         assert "result" in replies.next()
         assert replies.next() == {"jsonrpc": "2.0", "id": 1, "result": {}}
@@ -110,9 +89,9 @@ def test_a_socketpair_runs_on_the_loop_with_its_flags_unchanged(
 ) -> None:
     log_path, log = stderr_log
     ours, theirs = socket.socketpair()  # how libuv (Node clients) hands out stdio
-    proc = _spawn(theirs.fileno(), theirs.fileno(), log)
+    proc = spawn_serve(theirs.fileno(), theirs.fileno(), log)
     try:
-        ours.sendall(_line(INITIALIZE) + _line(INITIALIZED) + _ping(7))
+        ours.sendall(json_line(INITIALIZE) + json_line(INITIALIZED) + _ping(7))
         replies = Lines(ours.recv)
         assert "result" in replies.next()
         assert replies.next()["id"] == 7
@@ -135,10 +114,10 @@ def test_a_regular_file_goes_through_worker_threads(
     out_path = tmp_path / "replies.jsonl"
     in_r, in_w = os.pipe()
     with out_path.open("wb") as out:
-        proc = _spawn(in_r, out, log)
+        proc = spawn_serve(in_r, out, log)
     os.close(in_r)
     try:
-        os.write(in_w, _line(INITIALIZE) + _line(INITIALIZED) + _ping(3) + b"{oops\n")
+        os.write(in_w, json_line(INITIALIZE) + json_line(INITIALIZED) + _ping(3) + b"{oops\n")
 
         def replied() -> list[dict[str, Any]] | None:
             lines = out_path.read_bytes().splitlines()
@@ -158,14 +137,14 @@ def test_replies_that_do_not_fit_the_pipe_wait_in_order(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
     log_path, log = stderr_log
-    proc, stdin, stdout, replies = _serve_on_pipes(log)
+    proc, stdin, stdout, replies = serve_on_pipes(log)
     assert fcntl.fcntl(stdout.fileno(), F_GETPIPE_SZ) == PIPE_BYTES
     # Each reply echoes a 100 KB id, more than the pipe holds: every one is written in parts,
     # after queueing behind the one before it. Small pings in between must not overtake.
     big = [f"{n}-" + "x" * 100_000 for n in range(4)]
     requests = []
     for n, rid in enumerate(big):
-        requests += [_line({"jsonrpc": "2.0", "id": rid, "method": "ping"}), _ping(n)]
+        requests += [json_line({"jsonrpc": "2.0", "id": rid, "method": "ping"}), _ping(n)]
 
     def send_all() -> None:
         # Nothing is read meanwhile: the server's stdout fills up and its replies queue.
@@ -225,7 +204,7 @@ def _method(item: object) -> str:
 async def test_the_opening_request_is_peeked_then_received_after_what_came_before() -> None:
     writer = _Collect()
     inbound = stdio.Inbound(_Chunks(
-        _line(INITIALIZED)[:20], _line(INITIALIZED)[20:] + b"{oops\n" + _line(INITIALIZE)[:-1],
+        json_line(INITIALIZED)[:20], json_line(INITIALIZED)[20:] + b"{oops\n" + json_line(INITIALIZE)[:-1],
         b"\n" + _ping(5)), stdio.Outbound(writer))
     opening = await inbound.opening_request(keep=8)
     assert opening is not None and opening.method == "initialize"
@@ -237,7 +216,7 @@ async def test_the_opening_request_is_peeked_then_received_after_what_came_befor
 
 @pytest.mark.anyio
 async def test_input_that_ends_before_a_request_has_no_opening_request() -> None:
-    inbound = stdio.Inbound(_Chunks(_line(INITIALIZED) * 3), stdio.Outbound(_Collect()))
+    inbound = stdio.Inbound(_Chunks(json_line(INITIALIZED) * 3), stdio.Outbound(_Collect()))
     assert await inbound.opening_request(keep=2) is None
     assert len([item async for item in inbound]) == 2  # frames beyond the limit are dropped
 
@@ -252,7 +231,7 @@ def test_a_client_that_stops_reading_replies_ends_the_session_cleanly(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
     log_path, log = stderr_log
-    proc, stdin, stdout, _ = _serve_on_pipes(log)
+    proc, stdin, stdout, _ = serve_on_pipes(log)
     stdout.close()  # replies now fail with EPIPE: the server must carry on reading
     stdin.write(b"".join(_ping(rid) for rid in range(1, 50)))
     stdin.close()
