@@ -58,6 +58,7 @@ class _Sdk:
     modern_envelope: Callable[[Mapping[str, Any] | None], bool]
     validate_request: Callable[[str, str, Mapping[str, Any] | None], Any]
     progress_token: Callable[[Mapping[str, Any] | None], Any]
+    cancelled_id: Callable[[Mapping[str, Any] | None], RequestId | None]
     error_data: Callable[[BaseException], types.ErrorData | None]
     coerce_id: Callable[[RequestId], RequestId]
     runner: type
@@ -71,6 +72,7 @@ def _load() -> _Sdk | None:
         from mcp.shared.exceptions import MCPError
         from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
         from mcp.shared.jsonrpc_dispatcher import (
+            cancelled_request_id_from_params,
             handler_exception_to_error_data,
             progress_token_from_params,
         )
@@ -81,13 +83,16 @@ def _load() -> _Sdk | None:
     if not callable(validate) or not callable(getattr(ServerRunner, "_serialize", None)):
         return None
     return _Sdk(classify_inbound_request, InboundLadderRejection, _has_modern_envelope, validate,
-                progress_token_from_params, handler_exception_to_error_data, coerce_request_id,
+                progress_token_from_params, cancelled_request_id_from_params,
+                handler_exception_to_error_data, coerce_request_id,
                 ServerRunner, MCPError)
 
 
 class _NoProgress:
     """The request context a direct call's handler gets: it asked for no progress (a
-    request with a progress token goes to the SDK), so there is none to report."""
+    request with a progress token goes to the SDK), so there is none to report. Nothing
+    else in it is read: over stdio every call is the one local caller, whom
+    ``build_server`` resolves without looking at the context."""
 
     @property
     def session(self) -> _NoProgress:
@@ -145,7 +150,7 @@ class DirectCalls:
             return False
         if (isinstance(message, types.JSONRPCNotification)
                 and message.method == "notifications/cancelled"):
-            self._cancel((message.params or {}).get("requestId"))
+            self._cancel(self._sdk.cancelled_id(message.params))
         return False  # the SDK sees every notification too
 
     def sent(self, message: types.JSONRPCMessage) -> None:
@@ -223,8 +228,8 @@ class DirectCalls:
         except (TimeoutError, asyncio.CancelledError):
             log.warning("gave up answering call %r: the write blocked", rid)
 
-    def _cancel(self, rid: Any) -> None:
-        if not isinstance(rid, str | int) or isinstance(rid, bool):
+    def _cancel(self, rid: RequestId | None) -> None:
+        if rid is None:
             return
         task = self._running.get(self._sdk.coerce_id(rid))
         if task is not None and not task.done():
