@@ -16,19 +16,22 @@ It takes only the plain case and leaves everything else to the SDK, untouched:
 - any method but ``tools/call``, and any request the ladder or a validator refuses (the SDK
   words the error, as it always did);
 - a request with a progress token (progress notifications go through the SDK's session);
-- a handshake-era connection until the SDK has answered ``initialize`` (the negotiated
-  version is read from that answer);
+- a handshake-era connection before its ``initialize`` (the version is negotiated from it
+  the way the SDK does);
 - a server with middleware (it must see every request), or an SDK without the pieces used
   here (checked once, at start).
 
-Cancellation follows the SDK: ``notifications/cancelled`` for a call running here cancels
-it and nothing is answered for it; when the input ends, calls still running are cancelled
-and answered ``Connection closed``.
+A handler that raises is answered as the SDK answers it in the session's era (the
+2026-07-28 era hides the exception behind ``Internal server error``). Cancellation follows
+the SDK: ``notifications/cancelled`` for a call running here cancels it and nothing is
+answered for it; when the input ends, calls still running are cancelled and answered
+``Connection closed``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +41,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +59,12 @@ class _Sdk:
 
     classify: Callable[..., Any]
     rejected: type
-    modern_envelope: Callable[[Mapping[str, Any] | None], bool]
+    negotiate: Callable[[Mapping[str, Any] | None], tuple[Any, str]]
     validate_request: Callable[[str, str, Mapping[str, Any] | None], Any]
     progress_token: Callable[[Mapping[str, Any] | None], Any]
     cancelled_id: Callable[[Mapping[str, Any] | None], RequestId | None]
     error_data: Callable[[BaseException], types.ErrorData | None]
+    modern_error: Callable[[Exception], types.ErrorData]
     coerce_id: Callable[[RequestId], RequestId]
     runner: type
     mcp_error: Any  # MCPError
@@ -67,7 +72,7 @@ class _Sdk:
 
 def _load() -> _Sdk | None:
     try:
-        from mcp.server.runner import ServerRunner, _has_modern_envelope
+        from mcp.server.runner import ServerRunner, modern_error_data
         from mcp.shared.dispatcher import coerce_request_id
         from mcp.shared.exceptions import MCPError
         from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
@@ -80,11 +85,13 @@ def _load() -> _Sdk | None:
     except ImportError:
         return None
     validate = getattr(methods, "validate_client_request", None)
-    if not callable(validate) or not callable(getattr(ServerRunner, "_serialize", None)):
+    negotiate = getattr(ServerRunner, "_negotiate_initialize", None)
+    if (not callable(validate) or not callable(negotiate)
+            or not callable(getattr(ServerRunner, "_serialize", None))):
         return None
-    return _Sdk(classify_inbound_request, InboundLadderRejection, _has_modern_envelope, validate,
+    return _Sdk(classify_inbound_request, InboundLadderRejection, negotiate, validate,
                 progress_token_from_params, cancelled_request_id_from_params,
-                handler_exception_to_error_data, coerce_request_id,
+                handler_exception_to_error_data, modern_error_data, coerce_request_id,
                 ServerRunner, MCPError)
 
 
@@ -109,33 +116,37 @@ _NO_PROGRESS = _NoProgress()
 class DirectCalls:
     """Runs plain ``tools/call`` requests of one stdio session (see the module's text)."""
 
-    def __init__(self, sdk: _Sdk, server: Server[Any], send: Send, *, modern: bool) -> None:
+    def __init__(self, sdk: _Sdk, server: Server[Any], send: Send, *, modern: bool,
+                 enveloped: Callable[[Mapping[str, Any] | None], bool]) -> None:
         entry = server.get_request_handler(METHOD)
         assert entry is not None
         self._sdk = sdk
-        # Tether's handler takes any context (it asks it for progress reporting only).
+        # Tether's handler takes any context (see _NoProgress).
         self._handler: Callable[[Any, Any], Awaitable[Any]] = entry.handler
         self._params_type = entry.params_type
         # ``_serialize`` reads the server alone (cache hints, server info): one runner serves.
         self._shape = sdk.runner(server, None, None)._serialize
         self._send = send
         self._modern = modern
-        self._version: str | None = None  # handshake era: the version ``initialize`` answered
-        self._initialize_id: RequestId | None = None
-        self._running: dict[RequestId, asyncio.Task[None]] = {}
+        self._enveloped = enveloped
+        self._version: str | None = None  # handshake era: the version ``initialize`` chose
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[RequestId, asyncio.Task[None]] = {}  # by id, for cancellation
         self._cancelled: set[asyncio.Task[None]] = set()  # by the peer: answered by nobody
 
     @classmethod
     def for_server(cls, server: Server[Any], send: Send, *, modern: bool,
+                   enveloped: Callable[[Mapping[str, Any] | None], bool],
                    opening: types.JSONRPCRequest | None) -> DirectCalls | None:
         """Direct calls for ``server`` once the SDK has the ``opening`` request (the
-        session's first), or None when the SDK must see every request."""
+        session's first; ``enveloped`` tells the eras apart, as for the SDK's loops), or
+        None when the SDK must see every request."""
         sdk = _load()
         if sdk is None or server.middleware or server.get_request_handler(METHOD) is None:
             return None
-        calls = cls(sdk, server, send, modern=modern)
-        if opening is not None and opening.method == "initialize" and not modern:
-            calls._initialize_id = opening.id
+        calls = cls(sdk, server, send, modern=modern, enveloped=enveloped)
+        if opening is not None:
+            calls._note_initialize(opening)
         return calls
 
     # -- what the transport shows it ---------------------------------------------------------
@@ -145,29 +156,20 @@ class DirectCalls:
         if isinstance(message, types.JSONRPCRequest):
             if message.method == METHOD:
                 return self._start(message)
-            if message.method == "initialize" and not self._modern:
-                self._initialize_id = message.id
+            self._note_initialize(message)
             return False
         if (isinstance(message, types.JSONRPCNotification)
                 and message.method == "notifications/cancelled"):
             self._cancel(self._sdk.cancelled_id(message.params))
         return False  # the SDK sees every notification too
 
-    def sent(self, message: types.JSONRPCMessage) -> None:
-        """Called with each message written before the handshake is done: the answer to
-        ``initialize`` names the protocol version of every later call."""
-        if (isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
-                and message.id == self._initialize_id):
-            self._initialize_id = None
-            if isinstance(message, types.JSONRPCResponse):
-                version = message.result.get("protocolVersion")
-                self._version = version if isinstance(version, str) else None
-
-    @property
-    def watching(self) -> bool:
-        """Whether :meth:`sent` wants to see written messages (an ``initialize`` is
-        waiting for its answer)."""
-        return self._initialize_id is not None
+    def _note_initialize(self, request: types.JSONRPCRequest) -> None:
+        """A handshake-era ``initialize``: the version the SDK chooses for it, the same way
+        (it runs ``initialize`` before it reads the next line, so no call is read between)."""
+        if self._modern or request.method != "initialize":
+            return
+        with contextlib.suppress(ValidationError):  # refused by the SDK too: nothing changes
+            self._version = self._sdk.negotiate(request.params)[1]
 
     # -- one call ------------------------------------------------------------------------
 
@@ -184,13 +186,14 @@ class DirectCalls:
             return False
         key = self._sdk.coerce_id(request.id)
         task = asyncio.get_running_loop().create_task(self._run(request.id, version, typed))
-        self._running[key] = task
+        self._tasks.add(task)
+        self._running[key] = task  # a reused id: the newer call is the one cancelled by id
         task.add_done_callback(lambda done: self._finished(key, done))
         return True
 
     def _version_of(self, params: Mapping[str, Any] | None) -> str | None:
         if not self._modern:
-            return None if self._sdk.modern_envelope(params) else self._version
+            return None if self._enveloped(params) else self._version
         route = self._sdk.classify({"method": METHOD, "params": params})
         return None if isinstance(route, self._sdk.rejected) else route.protocol_version
 
@@ -199,19 +202,27 @@ class DirectCalls:
             result = await self._handler(_NO_PROGRESS, params)
             if isinstance(result, types.ErrorData):
                 raise self._sdk.mcp_error.from_error_data(result)
-            shaped = self._shape(METHOD, version, result)
+            answer: types.JSONRPCMessage = types.JSONRPCResponse(
+                jsonrpc="2.0", id=rid, result=self._shape(METHOD, version, result))
         except asyncio.CancelledError:
             if asyncio.current_task() not in self._cancelled:
                 await self._answer_closed(rid)
             raise
         except Exception as exc:
-            error = self._sdk.error_data(exc)
-            if error is None:
-                log.exception("handler for %r raised", METHOD)
-                error = types.ErrorData(code=0, message=str(exc))  # the SDK's code, kept
-            await self._write(types.JSONRPCError(jsonrpc="2.0", id=rid, error=error))
-            return
-        await self._write(types.JSONRPCResponse(jsonrpc="2.0", id=rid, result=shaped))
+            answer = types.JSONRPCError(jsonrpc="2.0", id=rid, error=self._error_data(exc))
+        if asyncio.current_task() in self._cancelled:
+            return  # cancelled by the peer, though the handler finished: never answered
+        await self._write(answer)
+
+    def _error_data(self, exc: Exception) -> types.ErrorData:
+        """What the SDK answers for a handler's exception, in this session's era."""
+        if self._modern:
+            return self._sdk.modern_error(exc)
+        error = self._sdk.error_data(exc)
+        if error is None:
+            log.exception("handler for %r raised", METHOD)
+            error = types.ErrorData(code=0, message=str(exc))  # the SDK's code, kept
+        return error
 
     async def _write(self, message: types.JSONRPCMessage) -> None:
         try:
@@ -237,6 +248,7 @@ class DirectCalls:
             task.cancel()
 
     def _finished(self, key: RequestId, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
         if self._running.get(key) is task:
             del self._running[key]
         self._cancelled.discard(task)
@@ -245,7 +257,7 @@ class DirectCalls:
 
     async def close(self) -> None:
         """End of input: cancel the calls still running (each answers ``Connection closed``)."""
-        tasks = list(self._running.values())
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:

@@ -83,7 +83,7 @@ def live_guardian_roots(locator: GuardianLocator) -> list[str]:
 
 @dataclass
 class Lineage:
-    """This front-end's parent execution, resolved once."""
+    """This front-end's parent execution, kept once it is certain (see the module's text)."""
 
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     _resolved: bool = False
@@ -111,8 +111,9 @@ class Lineage:
 
     async def _by_ancestry(self, locator: GuardianLocator,
                            workspace_root: str) -> tuple[Parent | None, bool]:
-        """The parent found by asking the guardians, and whether every one of them could
-        be asked (so that "none" is certain)."""
+        """The parent found by asking the guardians, and whether every guardian able to
+        answer did (so that "none" is certain; an older guardian without the agent
+        lifecycle never can, and is not waited for)."""
         chain = ancestors()
         roots = [workspace_root, *(r for r in live_guardian_roots(locator) if r != workspace_root)]
         certain = True

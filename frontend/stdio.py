@@ -173,14 +173,10 @@ class Outbound:
     def __init__(self, writer: wire.Writer) -> None:
         self._writer = writer
         self._closed = False
-        #: Shown what is written while it waits for the handshake's answer.
-        self.direct: DirectCalls | None = None
 
     async def send(self, item: SessionMessage, /) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        if self.direct is not None and self.direct.watching:
-            self.direct.sent(item.message)
         line = item.message.model_dump_json(by_alias=True, exclude_unset=True)
         await self._writer.write(line.encode() + b"\n")
 
@@ -351,8 +347,9 @@ async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
             is_modern = (opening is not None and opening.method != "initialize"
                          and enveloped(opening.params))
             calls = DirectCalls.for_server(server, outbound.send, modern=is_modern,
+                                           enveloped=enveloped,
                                            opening=opening) if direct else None
-            inbound.direct = outbound.direct = calls
+            inbound.direct = calls
             try:
                 if is_modern:
                     await modern(server, inbound, outbound, lifespan_state=state,

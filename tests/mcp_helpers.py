@@ -224,3 +224,14 @@ def serve_on_pipes(
     replies = Lines(proc.stdout.read1)
     assert "result" in replies.next()
     return proc, proc.stdin, proc.stdout, replies
+
+
+def stop_serve(proc: subprocess.Popen[bytes]) -> int:
+    """Wait up to 10 s for ``tether serve`` to end (its stdin closed), then kill it; its
+    exit status."""
+    try:
+        return proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -9,6 +9,7 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.mcp_helpers import bash, call_error, initialize, run
+from tether.frontend.server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -110,7 +111,18 @@ async def test_quotes_history_marks_and_non_ascii_reach_the_shell_intact(
     assert long["output"].strip() == "x" * 2000
 
 
-async def test_a_long_command_reports_progress_each_second(client: Client, workspace: Path) -> None:
+@pytest.mark.parametrize("over", ["in-process", "stdio"])
+async def test_a_long_command_reports_progress_each_second(
+    tether_env: Config, workspace: Path, over: str
+) -> None:
+    # Over stdio a call with a progress token goes through the SDK's dispatcher, not the
+    # direct path (frontend/direct.py): this is the test that it still gets its progress.
+    server = build_server(tether_env) if over == "in-process" else stdio_params()
+    async with Client(server) as client:
+        await _reports_progress(client, workspace)
+
+
+async def _reports_progress(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     ticks: list[tuple[float, float | None, str | None]] = []
 

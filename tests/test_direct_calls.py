@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
-from tests.conftest import stdio_params
 from tests.helpers import poll, tether_processes
-from tests.mcp_helpers import INITIALIZE, INITIALIZED, Lines, json_line, serve_on_pipes
+from tests.mcp_helpers import INITIALIZE, INITIALIZED, Lines, json_line, serve_on_pipes, stop_serve
 from tether.frontend import direct, stdio
 from tether.frontend.server import build_server
+from tether.frontend.usage import UsageLog
 from tether.shared.config import Config
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -74,6 +73,7 @@ def _requests(meta: dict[str, Any] | None, rel: str) -> list[dict[str, Any]]:
         _call(7, "NoSuchTool", {}, {"io.modelcontextprotocol/protocolVersion": "1999-01-01",
                                     "io.modelcontextprotocol/clientCapabilities": {}}
               if meta else MODERN),                                       # the SDK's: bad era
+        _call(8, "Explode", {}, meta),                                    # a handler that raises
     ]
 
 
@@ -109,10 +109,18 @@ async def test_direct_answers_are_the_sdks_byte_for_byte(
         await run(self, rid, version, params)
 
     monkeypatch.setattr(direct.DirectCalls, "_run", spy)
+    around = UsageLog.around
+
+    async def explode(self: UsageLog, tool: str, arguments: Any, run: Any) -> Any:
+        if tool == "Explode":
+            raise RuntimeError("a detail of the front-end's insides")
+        return await around(self, tool, arguments, run)
+
+    monkeypatch.setattr(UsageLog, "around", explode)
     by_sdk = await _serve(list(lines), answers, direct_calls=False)
     assert started == []
     by_direct = await _serve(list(lines), answers, direct_calls=True)
-    assert sorted(started, key=str) == sorted([1, 2, 3, "four"], key=str)
+    assert sorted(started, key=str) == sorted([1, 2, 3, "four", 8], key=str)
     assert len(by_sdk) == answers
 
     def by_id(written: list[bytes]) -> dict[Any, bytes]:
@@ -122,6 +130,9 @@ async def test_direct_answers_are_the_sdks_byte_for_byte(
     tool_error = json.loads(by_id(by_direct)[1])["result"]
     assert tool_error["isError"] is True and "unknown tool" in tool_error["content"][0]["text"]
     assert "error" in json.loads(by_id(by_direct)[6])  # the SDK's own refusal
+    raised = json.loads(by_id(by_direct)[8])["error"]
+    if era == "modern":
+        assert raised == {"code": -32603, "message": "Internal server error"}
 
 
 # -- through tether serve --------------------------------------------------------------------
@@ -144,12 +155,7 @@ def serve(tether_env: Config, tmp_path: Path) -> Iterator[tuple[subprocess.Popen
         finally:
             if not stdin.closed:
                 stdin.close()
-            try:
-                proc.wait(timeout=10)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            stop_serve(proc)
 
 
 def _command(args: dict[str, Any], command: str, **extra: Any) -> dict[str, Any]:
@@ -202,26 +208,3 @@ def test_the_end_of_input_answers_the_calls_still_running(
     assert time.monotonic() - started < 10
     assert poll(lambda: proc.poll() is not None, timeout=10)
     assert proc.returncode == 0
-
-
-@pytest.mark.anyio
-async def test_a_call_with_a_progress_token_gets_its_progress(tether_env: Config,
-                                                               workspace: Path) -> None:
-    ticks: list[float] = []
-
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        ticks.append(done)
-
-    async with Client(stdio_params()) as client:
-        result = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
-        assert result.structured_content is not None
-        data = result.structured_content["data"]
-        args = {"thread_id": data["thread_id"], "workspace_root": data["workspace_root"]}
-        slow = await client.call_tool("BashCommand", _command(args, "sleep 1.5; echo done",
-                                                              wait_for_seconds=10),
-                                      progress_callback=on_progress)
-        quick = await client.call_tool("BashCommand", _command(args, "echo quick"))
-    assert slow.structured_content is not None and quick.structured_content is not None
-    assert slow.structured_content["data"]["output"].strip() == "done"
-    assert quick.structured_content["data"]["output"].strip() == "quick"
-    assert ticks[:1] == [1.0]

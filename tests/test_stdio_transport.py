@@ -9,7 +9,6 @@ import fcntl
 import json
 import os
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests.mcp_helpers import (
     json_line,
     serve_on_pipes,
     spawn_serve,
+    stop_serve,
 )
 from tether.frontend import stdio
 from tether.shared.config import Config
@@ -51,15 +51,6 @@ def stderr_log(tmp_path: Path) -> Iterator[tuple[Path, IO[bytes]]]:
         yield path, fh
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> int:
-    try:
-        return proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 def test_pipes_run_on_the_loop_without_touching_shared_descriptions(
     tether_env: Config, stderr_log: tuple[Path, IO[bytes]]
 ) -> None:
@@ -78,7 +69,7 @@ def test_pipes_run_on_the_loop_without_touching_shared_descriptions(
     finally:
         for fd in (in_w, in_r, out_w):
             os.close(fd)
-        status = _stop(proc)
+        status = stop_serve(proc)
         os.close(out_r)
     assert status == 0  # end of stdin ends the session
     assert LOOP in log_path.read_text()
@@ -97,7 +88,7 @@ def test_a_socketpair_runs_on_the_loop_with_its_flags_unchanged(
         assert replies.next()["id"] == 7
         assert not _nonblocking(theirs.fileno())
         ours.shutdown(socket.SHUT_WR)
-        assert _stop(proc) == 0
+        assert stop_serve(proc) == 0
     finally:
         theirs.close()
         ours.close()
@@ -126,7 +117,7 @@ def test_a_regular_file_goes_through_worker_threads(
         replies = poll(replied, what="three replies in the output file")
     finally:
         os.close(in_w)
-        status = _stop(proc)
+        status = stop_serve(proc)
     assert status == 0
     assert {"jsonrpc": "2.0", "id": 3, "result": {}} in replies
     assert any(r.get("error", {}).get("code") == -32700 for r in replies)
@@ -159,7 +150,7 @@ def test_replies_that_do_not_fit_the_pipe_wait_in_order(
         ids = [replies.next()["id"] for _ in range(2 * len(big))]
     finally:
         stdin.close()
-        status = _stop(proc)
+        status = stop_serve(proc)
     assert ids == [rid for n, big_id in enumerate(big) for rid in (big_id, n)]
     assert status == 0
     assert LOOP in log_path.read_text()
@@ -235,6 +226,6 @@ def test_a_client_that_stops_reading_replies_ends_the_session_cleanly(
     stdout.close()  # replies now fail with EPIPE: the server must carry on reading
     stdin.write(b"".join(_ping(rid) for rid in range(1, 50)))
     stdin.close()
-    assert _stop(proc) == 0  # the end of stdin still ends it, quietly
+    assert stop_serve(proc) == 0  # the end of stdin still ends it, quietly
     text = log_path.read_text()
     assert LOOP in text and "the client is gone" in text and "Traceback" not in text

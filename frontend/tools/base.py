@@ -46,7 +46,7 @@ class KnownModes:
 @dataclass
 class Session:
     """What a caller's tool calls share: its guardian locator, its authority and its
-    lineage (resolved once, on first use).
+    lineage (looked up on first use, and kept once certain).
 
     The locator is the caller's own (guardians are keyed by principal), so nothing a call
     does can reach another principal's guardians, records, threads or cursors (R28).
