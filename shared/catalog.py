@@ -205,30 +205,17 @@ def _decode_fields(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _as_read(fields: dict[str, Any]) -> dict[str, Any]:
-    """``fields`` as a read returns them once written (JSON columns round-tripped,
-    boolean columns as booleans): what :func:`_decode_row` gives for the stored row."""
-    out = dict(fields)
-    for column in _JSON_COLUMNS:
-        if out.get(column) is not None:
-            out[column] = json.loads(_encode_value(column, out[column]))
-    for column in _BOOL_COLUMNS:
-        if column in out:
-            out[column] = bool(out[column])
-    return out
-
-
 #: UPDATE ... RETURNING (SQLite 3.35): one statement instead of two where it exists.
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 
 # json.dumps with options builds an encoder per call; these are built once (same output).
-_COMPACT_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+COMPACT_SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _PLAIN = json.JSONEncoder()
 
 
 def _encode_value(column: str, value: Any) -> Any:
     if column in _JSON_COLUMNS and value is not None:
-        return _COMPACT_SORTED.encode(value)
+        return COMPACT_SORTED_JSON.encode(value)
     if column in _BOOL_COLUMNS:
         return int(bool(value))
     return value
@@ -427,11 +414,11 @@ class Catalog:
             fields["change_seq"] = self._bump()
             columns = ", ".join(fields)
             marks = ", ".join("?" for _ in fields)
+            stored = {k: _encode_value(k, v) for k, v in fields.items()}
             cursor = self._db.execute(
-                f"INSERT INTO executions ({columns}) VALUES ({marks})",
-                [_encode_value(k, v) for k, v in fields.items()],
-            )
-        return {**self._defaults, **_as_read(fields), "seq": cursor.lastrowid}
+                f"INSERT INTO executions ({columns}) VALUES ({marks})", list(stored.values()))
+        # As a read returns it: what was stored, decoded (JSON round-tripped, booleans).
+        return {**self._defaults, **_decode_fields(stored), "seq": cursor.lastrowid}
 
     def update_execution_or_keep(self, execution_id: str, **fields: Any) -> bool:
         """:meth:`update_execution` that survives a failing disk: when the write fails, the
@@ -561,18 +548,17 @@ class Catalog:
             changed["observed_at_unix_ms"] = fields.get("observed_at_unix_ms") or self.clock.now_ms()
             changed["change_seq"] = self._bump()
             sets = ", ".join(f"{name} = ?" for name in changed)
+            stored = {k: _encode_value(k, v) for k, v in changed.items()}
             self._db.execute(
                 f"UPDATE executions SET {sets} WHERE execution_id = ?",
-                [*(_encode_value(k, v) for k, v in changed.items()), execution_id],
+                [*stored.values(), execution_id],
             )
-        return {**current, **_as_read(changed)} if whole else current
+        return {**current, **_decode_fields(stored)} if whole else current
 
     def _stored_fields(self, execution_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
         """The stored values of ``fields`` only (an end writes ten columns; reading and
         decoding all forty of them was most of its cost)."""
-        names = [name for name in fields if name in self._defaults]  # every column
-        if len(names) != len(fields):
-            return self._stored_execution(execution_id)  # unknown column: let SQLite say so
+        names = list(fields)  # an unknown column: SQLite says so
         row = self._db.execute(
             f"SELECT execution_id, {', '.join(names)} FROM executions WHERE execution_id = ?"
             if names else "SELECT execution_id FROM executions WHERE execution_id = ?",

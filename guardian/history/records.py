@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.render import render_output
+from tether.protocol.results import CompactRecord
 from tether.shared.catalog import AGENT_COLUMNS
 
 if TYPE_CHECKING:
@@ -28,26 +29,20 @@ def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str,
     journal instead of being persisted per chunk, so ``observed_at_unix_ms`` is not touched.
     """
     hidden = _HIDDEN if record.get("kind") == "agent" else _HIDDEN_UNLESS_AGENT
-    view = {k: v for k, v in record.items() if k not in hidden}
-    if live is not None:
-        view["output_start"] = live.journal.start
-        view["output_end"] = live.journal.end
-        view["output_activity_seq"] = live.activity_seq
-    return view
+    return _with_live_figures({k: v for k, v in record.items() if k not in hidden}, live)
 
 
-#: The figures of a record that ``exec.observe`` repeats per item (``CompactRecord``).
-COMPACT_FIELDS = (
-    "execution_id", "kind", "status", "exit_code", "reason", "started_unix_ms",
-    "ended_unix_ms", "observed_at_unix_ms", "output_start", "output_end", "output_pending",
-    "output_activity_seq", "generation",
-)
+#: The figures of a record that ``exec.observe`` repeats per item.
+COMPACT_FIELDS = tuple(CompactRecord.__annotations__)
 
 
 def compact_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
     """:data:`COMPACT_FIELDS` of :func:`record_view`, read straight from the row: observe of
     32 items would otherwise copy every column of every record only to keep 13 of them."""
-    view = {k: record.get(k) for k in COMPACT_FIELDS}
+    return _with_live_figures({k: record.get(k) for k in COMPACT_FIELDS}, live)
+
+
+def _with_live_figures(view: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
     if live is not None:
         view["output_start"] = live.journal.start
         view["output_end"] = live.journal.end

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -13,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.shared.catalog import Catalog
+from tether.shared.catalog import COMPACT_SORTED_JSON, Catalog
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +154,10 @@ def _replay(method: str, fingerprint: str, stored: tuple[str, str, Any]) -> dict
     return {**outcome, "replayed": True}
 
 
-#: json.dumps(sort_keys=True, separators=(",", ":")), built once instead of per call.
-_COMPACT_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 def _fingerprint(method: str, params: BaseModel) -> str:
     """What makes two requests "the same" for idempotency (waits do not)."""
     data = params.model_dump(mode="json", exclude={"wait_ms"})
-    blob = _COMPACT_SORTED.encode([method, data])
+    blob = COMPACT_SORTED_JSON.encode([method, data])
     return hashlib.sha256(blob.encode()).hexdigest()

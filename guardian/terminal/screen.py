@@ -5,7 +5,7 @@ pending buffer and runs a C-speed search for terminal queries, so ``cat`` of a h
 waits on emulation. :meth:`TerminalScreen.snapshot` brings the emulator up to date, skipping
 what cannot change the result (see :mod:`guardian.screen_skip`).
 
-Two things force emulation earlier:
+Three things force emulation earlier:
 
 - a query the program waits on (``ESC[6n``, ``ESC[c``, ``ESC[>c``, ``ESC[5n``): the reply must
   come out with the cursor as it is at the query;
@@ -13,7 +13,9 @@ Two things force emulation earlier:
   (with the skip rules) so memory stays bounded. Once a job has found output that is not
   plain text (a full-screen program), the mark is :attr:`TerminalScreen.busy_at` instead, far
   lower: such output costs full emulation anyway, and a small backlog keeps a screen request
-  after a flood quick (an 8 MiB backlog is seconds of emulation) and appends cheap.
+  after a flood quick (an 8 MiB backlog is seconds of emulation) and appends cheap;
+- output going quiet for ``BACKLOG_QUIET_S`` with more than ``SYNC_MAX`` bytes pending: the
+  backlog is caught up in the background, so the next screen request finds it drawn.
 
 The guardian's event loop must never stall on emulation, which runs at only a few MB/s for
 output that no skip rule applies to (a full-screen program redrawing with cursor moves).
