@@ -38,6 +38,21 @@ async def test_read_pages_through_retained_output(client: Client, workspace: Pat
     assert "".join(p["text"] for p in pages) == retained
 
 
+async def test_a_long_results_tail_starts_at_a_whole_line_at_output_start(
+    client: Client, workspace: Path,
+) -> None:
+    """The tail a command's result shows starts at ``output_start``, a line's first byte:
+    paging up to there and the tail hold every line once (no half line, nothing between)."""
+    session = await initialize(client, workspace)
+    out = await run(client, session, "seq 1 30000", wait=30)
+    lines = [str(i) for i in range(1, 30001)]
+    line_ends = list(itertools.accumulate(len(n) + 2 for n in lines))  # each "n\r\n"
+    assert out["output_truncated"] and out["output_end"] == line_ends[-1]
+    assert out["output_start"] in line_ends
+    first_shown = line_ends.index(out["output_start"]) + 1
+    assert out["output"].splitlines() == lines[first_shown:]
+
+
 async def test_pages_end_on_utf8_boundaries(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     out = await run(client, session, "python3 -c \"print('é' * 20000)\"", wait=20)

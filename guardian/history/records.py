@@ -51,12 +51,24 @@ def _with_live_figures(view: dict[str, Any], live: LiveExecution | None) -> dict
 
 
 def output_tail(journal: Journal) -> dict[str, Any]:
-    """The rendered tail of an execution's output, with the offsets to page the rest."""
+    """The rendered tail of an execution's output, with the offsets to page the rest.
+
+    A cut tail starts where ``start`` says, so paging Execution.read up to ``start`` and
+    reading the tail sees every byte (a cut tail said where its window began, and the bytes
+    between there and the text kept were in neither). It starts at a line's first byte
+    whenever whole lines fill at least half of it; otherwise (a few very long lines) it is
+    the last :data:`RESULT_TAIL_CHARS` characters, and ``start`` may fall a little after
+    their first byte, so a few bytes are read twice but none is missed.
+    """
     end = journal.end
     start = max(journal.start, end - RESULT_TAIL_BYTES)
     raw = journal.read(start, end - start)
-    text = render_output(raw, max_chars=RESULT_TAIL_CHARS)
-    truncated = start > journal.start or len(text) >= RESULT_TAIL_CHARS
+    text = render_output(raw)
+    whole = start == journal.start  # else the window's first line may be part of one
+    truncated = not whole or len(text) > RESULT_TAIL_CHARS
+    if truncated:
+        skipped, text = _tail(raw, text, RESULT_TAIL_CHARS, first_line_whole=whole)
+        start += skipped
     return {
         "text": text,
         "start": start,
@@ -64,3 +76,28 @@ def output_tail(journal: Journal) -> dict[str, Any]:
         "truncated": truncated,
         "retained_start": journal.start,
     }
+
+
+def _tail(raw: bytes, text: str, limit: int, *, first_line_whole: bool) -> tuple[int, str]:
+    """The tail of ``text`` (rendered from ``raw``) to show, and how many bytes of ``raw``
+    come before it.
+
+    Rendering keeps each line of ``raw`` as one line of ``text``, so dropping whole lines maps
+    to dropping raw lines exactly. Where it cannot be mapped (a string sequence spanned lines)
+    or would leave the tail short, the last ``limit`` characters are kept, and the bytes
+    before them are counted as the raw bytes minus the most the text can stand for (rendering
+    only drops and overwrites bytes), which puts the offset at or just after the true one.
+    """
+    newlines = text.count("\n")
+    if newlines == raw.count(b"\n"):
+        # The first line start from which the rest fits (never the window's first line when
+        # that may be part of one).
+        at = max(text.find("\n", max(0, len(text) - limit - 1)),
+                 -1 if first_line_whole else text.find("\n")) + 1
+        if at > 0 and len(text) - at >= limit // 2:
+            dropped = raw.rsplit(b"\n", newlines - text.count("\n", 0, at) + 1)[0]
+            return len(dropped) + 1, text[at:]
+    tail = text[-limit:]
+    # A replacement character stands for as little as one undecodable byte.
+    stands_for = len(tail.encode()) - 2 * tail.count("\ufffd")
+    return max(0, len(raw) - stands_for), tail
