@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.types import TextContent
 
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
 from tether.guardian.history.records import COMPACT_FIELDS
@@ -118,10 +119,15 @@ async def test_wait_timeout_and_exit(client: Client, workspace: Path) -> None:
     bg = await bash(client, session, {"type": "command", "command": "sleep 1; echo x",
                                       "is_background": True})
     started = time.monotonic()
-    quick = await execution(client, session, {"type": "wait", "execution_ids": [bg["execution_id"]],
-                                              "timeout_seconds": 0, "events": ["exited"]})
+    answer = await client.call_tool("Execution", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action": {"type": "wait", "execution_ids": [bg["execution_id"]], "timeout_seconds": 0,
+                   "events": ["exited"]}})
     assert time.monotonic() - started < 0.5
-    assert quick["data"]["outcome"] == "timeout"
+    quick = answer.structured_content
+    assert quick is not None and quick["data"]["outcome"] == "timeout"
+    text = answer.content[0]
+    assert isinstance(text, TextContent) and "nothing changed within 0s" in text.text
     waited = await execution(client, session, {
         "type": "wait", "execution_ids": [bg["execution_id"]], "timeout_seconds": 10,
         "events": ["exited"], "after": quick["data"]["cursor"]})

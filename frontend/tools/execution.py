@@ -101,9 +101,10 @@ class ExecutionTool(Tool):
              "timeout_ms": timeout_ms, "events": action.events},
             timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
         )
-        text = f"{waited.outcome}: " + ", ".join(
-            f"{r.execution_id} {r.status}" for r in waited.changed
-        )
+        changed = ", ".join(f"{r.execution_id} {r.status}" for r in waited.changed)
+        text = (f"{waited.outcome}: {changed}" if changed else
+                f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
+                "again with after = data.cursor to miss nothing meanwhile")
         return results.ok(waited.wire(), text)
 
 
