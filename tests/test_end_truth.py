@@ -79,6 +79,22 @@ async def test_forged_end_marker_changes_nothing(
         assert [e["kind"] for e in got["events"]] == ["marker_ignored"], got["events"]
 
 
+@pytest.mark.parametrize("printed", [
+    "printf '\\033]0;a title without its end'",  # the reviewer's reproduction
+    "printf 'x\\033'",  # a lone ESC right before the shell's markers
+    "printf '\\033]8;;x\\033]7;\\033]'",  # one unfinished sequence after another
+])
+async def test_an_unfinished_escape_sequence_does_not_hide_the_end(
+    client: Client, workspace: Path, printed: str
+) -> None:
+    session = await initialize(client, workspace)
+    out = await run(client, session, f"{printed}; exit_with() {{ return $1; }}; exit_with 3",
+                    wait=10)
+    assert (out["status"], out["exit_code"]) == ("exited", 3)
+    after = await run(client, session, "echo next")
+    assert (after["status"], after["output"].strip()) == ("exited", "next")
+
+
 async def test_nonce_is_not_visible_to_child_processes(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     # What a child process can see: the prompt strings, its environment, the shell's

@@ -16,6 +16,7 @@ the nonce. The working directory is read from ``/proc``, never from the output.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ class Marker:
 #: The longest escape sequence we hold back waiting for its end before giving up on it.
 _MAX_MARKER = 8192
 _OSC = b"\x1b]"
+#: What ends an OSC string: BEL, CAN, SUB or ESC (ST is ESC \\; any other ESC aborts it).
+_STRING_END = re.compile(rb"[\x07\x18\x1a\x1b]")
 
 
 class MarkerScanner:
@@ -87,10 +90,20 @@ class MarkerScanner:
         while True:
             start = data.find(_OSC, pos)
             if start < 0:
-                if pos < len(data):
-                    yield data[pos:] if pos else data
+                # A read may end between a marker's ESC and its "]": hold that ESC back.
+                stop = len(data) - 1 if data.endswith(b"\x1b") else len(data)
+                if pos < stop:
+                    yield data[pos:stop] if pos or stop < len(data) else data
+                self._carry = data[stop:]
                 return
             end, term_len = _find_terminator(data, start + 2)
+            if term_len == 0 and end >= 0:
+                # Aborted by another sequence before any terminator (a title printed without
+                # its BEL): ordinary output, and the ESC that aborted it starts the next
+                # token, which may well be the shell's own marker.
+                yield data[pos:end]
+                pos = end
+                continue
             if end < 0:
                 if len(data) - start < _MAX_MARKER:
                     if start > pos:
@@ -129,11 +142,19 @@ class MarkerScanner:
 
 
 def _find_terminator(data: bytes, start: int) -> tuple[int, int]:
-    """Index and length of the OSC terminator (BEL or ESC \\) at or after ``start``."""
-    bel = data.find(b"\x07", start)
-    st = data.find(b"\x1b\\", start)
-    if bel < 0 and st < 0:
+    """Where the OSC string that starts at ``start`` ends: ``(index, length)`` of its
+    terminator (BEL, or ESC \\); ``(index, 0)`` when CAN, SUB or an ESC that starts another
+    sequence aborts it there, as in a terminal's own parser (an ESC inside a string always
+    ends it); ``(-1, 0)`` when ``data`` ends first (or with an ESC whose next byte decides)."""
+    found = _STRING_END.search(data, start)
+    if found is None:
         return -1, 0
-    if st < 0 or (0 <= bel < st):
-        return bel, 1
-    return st, 2
+    at = found.start()
+    byte = data[at]
+    if byte == 0x07:
+        return at, 1
+    if byte != 0x1B:
+        return at, 0  # CAN or SUB
+    if at + 1 == len(data):
+        return -1, 0
+    return (at, 2) if data[at + 1] == 0x5C else (at, 0)
