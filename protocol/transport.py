@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, cast
 
+import msgpack
 import zmq
 
 from tether.protocol import codec
@@ -175,8 +176,8 @@ class GuardianClient:
                 return
             try:
                 response = parse_response(codec.decode(frame))
-            except TetherError:
-                log.warning("dropped a malformed reply from %s", self.endpoint)
+            except TetherError as err:
+                self._fail_unreadable(frame, err)
                 continue
             future = self._pending.get(response.id)
             if future is None or future.done():
@@ -186,6 +187,20 @@ class GuardianClient:
             else:
                 assert response.error is not None
                 future.set_exception(response.error)
+
+    def _fail_unreadable(self, frame: bytes, err: TetherError) -> None:
+        """A reply over this client's limits, or malformed: fail the call it answers at once
+        when its id can still be read (an older guardian may send what a newer one would
+        refuse to), rather than leave it waiting for its deadline and a wrong diagnosis."""
+        rid = _reply_id(frame)
+        future = self._pending.get(rid) if rid is not None else None
+        if future is None or future.done():
+            log.warning("dropped a malformed reply from %s: %s", self.endpoint, err.message)
+            return
+        future.set_exception(TetherError(
+            err.code, f"the guardian's reply could not be read: {err.message}",
+            {"input_sent": "unknown"},  # the request itself may have been carried out
+        ))
 
     def close(self) -> None:
         """Close the socket; pending calls fail with ``guardian_unavailable``."""
@@ -209,6 +224,23 @@ def _discard_rest(sock: zmq.Socket[Any]) -> bool:
     while _get(sock, _RCVMORE):
         _recv(sock, _NOBLOCK)
     return True
+
+
+#: The largest reply read for its id alone when it cannot be decoded within the limits.
+_READ_ID_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _reply_id(frame: bytes) -> str | None:
+    """The id of a reply that failed the limits (it came from the guardian this client
+    authenticated to, on a private socket: read once more, with msgpack's own bounds)."""
+    if len(frame) > _READ_ID_MAX_BYTES:
+        return None
+    try:
+        obj = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    except Exception:  # malformed: nothing to attribute it to
+        return None
+    rid = obj.get("id") if isinstance(obj, dict) else None
+    return rid if isinstance(rid, str) else None
 
 
 def _expire(future: asyncio.Future[Any], method: str, waited_s: float) -> None:

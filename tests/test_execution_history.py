@@ -54,6 +54,26 @@ async def test_a_long_results_tail_starts_at_a_whole_line_at_output_start(
     assert out["output"].splitlines() == lines[first_shown:]
 
 
+async def test_a_list_too_large_for_one_reply_is_refused_at_once(
+    client: Client, workspace: Path,
+) -> None:
+    """Records with long commands can add up past the reply's frame limit: the list is refused
+    with limit_exceeded saying to ask for less, at once (it used to be dropped on the way and
+    reported, 12 s later, as a hung guardian to restart)."""
+    session = await initialize(client, workspace)
+    long = ": " + "z" * 65_000  # within the 64 KiB command limit
+    for _ in range(70):
+        await bash(client, session, {"type": "command", "command": long, "is_background": True},
+                   wait=0)
+    started = time.monotonic()
+    refused = await execution(client, session, {"type": "list", "limit": 128}, expect_error=True)
+    assert time.monotonic() - started < 5
+    assert refused["code"] == "limit_exceeded" and "smaller limit" in refused["message"]
+    assert refused["data"]["reply_bytes"] > refused["data"]["limit_bytes"]
+    fewer = await execution(client, session, {"type": "list", "limit": 20})
+    assert len(fewer["data"]["executions"]) == 20
+
+
 async def test_pages_end_on_utf8_boundaries(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     out = await run(client, session, "python3 -c \"print('é' * 20000)\"", wait=20)

@@ -95,6 +95,34 @@ async def test_the_client_drops_a_multipart_reply_and_takes_the_next(tmp_path: P
         ctx.term()
 
 
+async def test_a_reply_over_the_limits_fails_its_call_at_once(tmp_path: Path) -> None:
+    ctx: zmq.Context[Any] = zmq.Context()
+    endpoint = f"ipc://{tmp_path}/big.sock"
+    fake = ctx.socket(zmq.ROUTER)  # an (older) guardian that sends what this client refuses
+    fake.bind(endpoint)
+    client = GuardianClient(endpoint, "x" * 64, version=Version(1, 0), context=ctx)
+    too_big = codec.DEFAULT_LIMITS.max_frame_bytes
+
+    def answer() -> None:
+        ident, frame = fake.recv_multipart()
+        rid = msgpack.unpackb(frame)["id"]
+        fake.send_multipart([ident, codec.encode(
+            {"v": [1, 0], "id": rid, "ok": True, "result": {"s": "x" * too_big}})])
+
+    try:
+        call = asyncio.ensure_future(client.call("exec.list", {}, timeout_s=30))
+        await asyncio.to_thread(answer)
+        with pytest.raises(TetherError) as failed:
+            await asyncio.wait_for(call, 5)  # not at its 30 s deadline
+        assert failed.value.code == ErrorCode.LIMIT_EXCEEDED
+        assert "reply could not be read" in failed.value.message
+        assert failed.value.data["input_sent"] == "unknown"
+    finally:
+        client.close()
+        fake.close(0)
+        ctx.term()
+
+
 async def test_hello_answers_each_client_range_with_its_own_version(
         tether_env: Config, workspace: Path) -> None:
     locator = GuardianLocator(tether_env)

@@ -77,6 +77,23 @@ EAGER = frozenset({"exec.start"})
 REPLY_MARGIN_S = 0.05
 
 
+#: A reply the front-end would refuse to decode (its frame limit) is never sent: a dropped
+#: reply would leave the caller waiting until its deadline, and then blaming the guardian.
+MAX_REPLY_BYTES = codec.DEFAULT_LIMITS.max_frame_bytes
+
+
+def reply_too_large(method: str, size: int) -> TetherError:
+    """The error that replaces a reply over :data:`MAX_REPLY_BYTES` (nothing was changed by
+    the reads this can happen to: lists of records with long commands and screens)."""
+    return TetherError(
+        ErrorCode.LIMIT_EXCEEDED,
+        f"the reply to {method} would be {size} bytes; a reply may be at most "
+        f"{MAX_REPLY_BYTES} bytes. Ask for less: a smaller limit, fewer items, or get the "
+        "records one by one",
+        {"reply_bytes": size, "limit_bytes": MAX_REPLY_BYTES},
+    )
+
+
 class GuardianService:
     """Validates requests and runs their handlers against the guardian's rooms."""
 
@@ -182,7 +199,10 @@ class GuardianService:
             if not isinstance(result, Result):
                 # A handler still building a plain map: its reply is checked all the same.
                 result = RESULTS[request.method].model_validate(result)
-            return codec.encode(ok_response(self.version, request.id, result.wire()))
+            reply = codec.encode(ok_response(self.version, request.id, result.wire()))
+            if len(reply) > MAX_REPLY_BYTES:
+                raise reply_too_large(request.method, len(reply))
+            return reply
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
         except sqlite3.Error as exc:
