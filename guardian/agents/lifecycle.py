@@ -204,7 +204,9 @@ class AgentLifecycle:
         return {"execution_id": execution_id, "input_sent": True}
 
     def _start(self, record: dict[str, Any], argv: list[str], generation: int) -> None:
-        """Spawn the runtime; a program that cannot start leaves the agent in ``error``."""
+        """Spawn the runtime; a program that cannot start leaves the agent in ``error``, its
+        record ``unknown`` with reason ``spawn_failed`` (no exit was observed: R13, as for a
+        background command that cannot start)."""
         execution_id = record["execution_id"]
         try:
             live = self.runtimes.start(record, argv, generation)
@@ -212,7 +214,7 @@ class AgentLifecycle:
             now = self.rt.clock.now_ms()
             self.apply(self.store.transition(
                 execution_id, "error", reason=f"spawn_failed: {exc}",
-                fields={"status": "exited", "exit_code": None, "reason": f"spawn_failed: {exc}",
+                fields={"status": "unknown", "exit_code": None, "reason": f"spawn_failed: {exc}",
                         "ended_unix_ms": now, "terminal_unix_ms": now}))
             raise TetherError(ErrorCode.SPAWN_FAILED, f"could not start {argv[0]!r}: {exc}",
                               {"input_sent": False, "execution_id": execution_id}) from None
