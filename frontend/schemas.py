@@ -15,7 +15,7 @@ from tether.protocol.limits import (
     ID_PATTERN,
     LABEL_KEY_PATTERN,
     MAX_AGENT_LIST,
-    MAX_ARGV,
+    MAX_ARGV_BYTES,
     MAX_COLS,
     MAX_GENERATION,
     MAX_KEYS,
@@ -37,6 +37,7 @@ from tether.protocol.limits import (
     PROMPT_ID_PATTERN,
     RECOGNIZER_PATTERN,
 )
+from tether.protocol.methods import Argv
 from tether.protocol.text import CleanText
 
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
@@ -251,8 +252,9 @@ class AgentArgs(ToolArgs):
     # launch
     provider: Literal["command", "claude", "codex", "opencode"] = Field(
         default="command", description="launch: what to run; command needs argv")
-    argv: list[CleanText] | None = Field(
-        default=None, max_length=MAX_ARGV, description="launch: program and arguments (no shell)")
+    argv: Argv | None = Field(
+        default=None, description="launch: program and arguments (no shell); at most "
+                                  f"{MAX_ARGV_BYTES // 1024} KiB in UTF-8 in all")
     conversation_id: Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)] | None = None
     title: CleanText | None = Field(default=None, max_length=MAX_TITLE)
     labels: dict[LabelKey, CleanText | None] | None = Field(

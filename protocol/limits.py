@@ -99,6 +99,7 @@ EXECUTION_RETAIN_BYTES = 1024 * 1024
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_ARGV = 256
+#: A launch's whole argv, measured by :func:`argv_bytes`.
 MAX_ARGV_BYTES = 64 * 1024
 MAX_LABELS = 64
 MAX_LABEL_VALUE = 1024
@@ -114,3 +115,9 @@ MAX_NOTIFICATION_WAIT_MS = 30_000
 AGENT_RPC_TIMEOUT_S = 30.0
 #: A front-end's own process and its ancestors sent to find its parent execution (R24).
 MAX_ANCESTORS = 64
+
+
+def argv_bytes(argv: list[str]) -> int:
+    """The size of an argv as ``MAX_ARGV_BYTES`` counts it: each argument's UTF-8 bytes plus
+    one for the NUL that ends it, the way execve(2) counts arguments against its limits."""
+    return sum(len(arg.encode()) + 1 for arg in argv)

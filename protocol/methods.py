@@ -14,7 +14,15 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
@@ -66,9 +74,36 @@ from tether.protocol.limits import (
     MIN_ROWS,
     PROMPT_ID_PATTERN,
     RECOGNIZER_PATTERN,
+    argv_bytes,
 )
 from tether.protocol.text import UNSAFE_TEXT_ERROR, CleanText
 from tether.protocol.versions import Capability
+
+
+def coded_error(code: ErrorCode, message: str, **context: Any) -> PydanticCustomError:
+    """A validation failure that carries its own stable code: :func:`validation_error` answers
+    with ``code`` (not ``invalid_request``) when every failure of a request carries it, and
+    ``context`` becomes the error's data. Messages name the rule and what to do next."""
+    return PydanticCustomError(code.value, "{message}", {"message": message, **context})
+
+
+def check_argv_size(argv: list[str]) -> list[str]:
+    """Refuse an argv over ``MAX_ARGV_BYTES`` in UTF-8 (:func:`argv_bytes`) before any record
+    is made: the kernel may refuse a big one only at exec time (E2BIG), and the record, which
+    keeps the argv and the command line made of it, is in every reply that lists it."""
+    size = argv_bytes(argv)
+    if size > MAX_ARGV_BYTES:
+        raise coded_error(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{size} bytes in UTF-8 (each argument's bytes plus 1 for its end); the limit is "
+            f"{MAX_ARGV_BYTES} bytes. Nothing was started. Put long input in a file and pass "
+            "its path, or send it to the program once it runs.",
+            limit=MAX_ARGV_BYTES, size=size)
+    return argv
+
+
+#: A launch's program and arguments: at most MAX_ARGV of them, MAX_ARGV_BYTES in all.
+Argv = Annotated[list[CleanText], Field(max_length=MAX_ARGV), AfterValidator(check_argv_size)]
 
 ExecutionId = Annotated[str, Field(pattern=ID_PATTERN)]
 ThreadId = Annotated[str, Field(pattern=ID_PATTERN)]
@@ -304,8 +339,7 @@ class AgentScoped(WorkspaceScoped):
 
 class AgentLaunchParams(Scoped):
     provider: Provider = "command"
-    argv: list[Annotated[CleanText, Field(max_length=MAX_ARGV_BYTES)]] | None = Field(
-        default=None, max_length=MAX_ARGV)
+    argv: Argv | None = None
     recognizer: RecognizerName = "auto"
     conversation_id: ConversationId | None = None
     title: CleanText | None = Field(default=None, max_length=MAX_TITLE)
@@ -462,19 +496,37 @@ INSTANCE_OPTIONAL = frozenset({"hello"})
 
 
 def validation_error(exc: ValidationError, what: str, source: Any = None) -> TetherError:
-    """``invalid_request`` for a pydantic failure (front-end arguments or guardian params):
-    the message names each bad field; ``data.field``/``data.offset`` locate unsafe text.
-    With the validated ``source``, fields are named by their path in it (a tagged union's
-    tag, which pydantic puts in the location, is left out)."""
+    """The error for a pydantic failure (front-end arguments or guardian params), with the
+    message naming each bad field; ``data.field``/``data.offset`` locate unsafe text.
+
+    The code is ``invalid_request``, unless every failure carries a code of its own
+    (:func:`coded_error`: ``limit_exceeded``). With the validated ``source``, fields are named
+    by their path in it (a tagged union's tag, which pydantic puts in the location, is left
+    out). No message repeats the value it refuses."""
     parts = []
+    codes: set[str] = set()
     data: dict[str, object] = {"input_sent": False}
-    for error in exc.errors()[:6]:
+    errors = exc.errors()
+    for error in errors[:6]:
         where = _field_path(error["loc"], source) or what
         parts.append(f"{where}: {error['msg']}")
+        codes.add(error["type"] if error["type"] in _CODED else ErrorCode.INVALID_REQUEST.value)
+        context = error.get("ctx") or {}
         if error["type"] == UNSAFE_TEXT_ERROR and "field" not in data:
             data["field"] = where
-            data["offset"] = (error.get("ctx") or {}).get("offset")
-    return TetherError(ErrorCode.INVALID_REQUEST, f"invalid {what}: " + "; ".join(parts), data)
+            data["offset"] = context.get("offset")
+        elif error["type"] in _CODED and "field" not in data:
+            data["field"] = where
+            data.update({k: v for k, v in context.items() if k != "message"})
+    more = f" (and {len(errors) - 6} more)" if len(errors) > 6 else ""
+    if len(codes) == 1 and (code := codes.pop()) != ErrorCode.INVALID_REQUEST.value:
+        return TetherError(ErrorCode(code), "; ".join(parts) + more, data)
+    return TetherError(ErrorCode.INVALID_REQUEST, f"invalid {what}: " + "; ".join(parts) + more,
+                       data)
+
+
+#: Failures raised by :func:`coded_error`, whose type is the code to answer with.
+_CODED = frozenset({ErrorCode.LIMIT_EXCEEDED.value})
 
 
 def _field_path(loc: tuple[int | str, ...], source: Any) -> str:
