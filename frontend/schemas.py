@@ -16,6 +16,7 @@ from tether.protocol.limits import (
     LABEL_KEY_PATTERN,
     MAX_AGENT_LIST,
     MAX_ARGV_BYTES,
+    MAX_CANONICAL_LINE_BYTES,
     MAX_COLS,
     MAX_GENERATION,
     MAX_KEYS,
@@ -27,6 +28,7 @@ from tether.protocol.limits import (
     MAX_PROMPT_WAIT_MS,
     MAX_QUIET_MS,
     MAX_ROWS,
+    MAX_TEXT_BYTES,
     MAX_TITLE,
     MAX_WAIT_IDS,
     MAX_WAIT_MS,
@@ -98,7 +100,9 @@ class StatusCheckAction(ToolArgs):
 class SendTextAction(ToolArgs):
     type: Literal["send_text"]
     generation: Generation | None = None
-    text: CleanText
+    text: CleanText = Field(description=f"at most {MAX_TEXT_BYTES // 1024} KiB in UTF-8; a "
+                            "program that reads whole lines takes lines of at most "
+                            f"{MAX_CANONICAL_LINE_BYTES} bytes")
     execution_id: Id | None = None
     submit: bool = False
 

@@ -23,10 +23,18 @@ MAX_CURSOR = 1024
 
 # -- what may be typed -----------------------------------------------------------------------
 
+#: Sizes of what is typed are UTF-8 bytes (SPEC §6, R21), not characters: "€" is 3 bytes.
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_TEXT_BYTES = 64 * 1024
 MAX_KEYS = 64
 MAX_PROMPT_BYTES = 16 * 1024
+#: The longest line ``send_text`` types into a program that reads whole lines (the terminal
+#: in canonical mode, ``ICANON`` on). Linux's line discipline (N_TTY, drivers/tty/n_tty.c)
+#: buffers at most N_TTY_BUF_SIZE = 4096 bytes and keeps the last one for the line's end, so
+#: a line holds 4095 bytes: the bytes typed past that, up to the newline, are dropped
+#: without a trace. Raw-mode programs (editors, agent TUIs) read keys as they come and have
+#: no such limit.
+MAX_CANONICAL_LINE_BYTES = 4095
 
 # -- terminals -------------------------------------------------------------------------------
 

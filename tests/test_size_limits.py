@@ -3,12 +3,15 @@ and launch failures are reported as what they are (R13).
 
 A launch's argv is measured in UTF-8 bytes, in all; over the limit it is ``limit_exceeded``
 naming the size, the limit and what to do instead, and leaves no record. A launch that cannot
-start leaves its record ``unknown`` (no exit was observed) with the reason. Real MCP client,
-real guardian, real PTYs.
+start leaves its record ``unknown`` (no exit was observed) with the reason. A program reading
+whole lines (canonical mode) is never sent a line longer than the kernel's line buffer holds,
+which would lose its tail without a trace. Real MCP client, real guardian, real PTYs.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +19,46 @@ import pytest
 from mcp import Client
 
 from tests.helpers import guardian_thread
-from tests.mcp_helpers import agent, execution, initialize
+from tests.mcp_helpers import agent, bash, call_error, execution, initialize
+from tether.frontend.guardians import GuardianHandle
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import MAX_ARGV_BYTES
+from tether.protocol.limits import MAX_ARGV_BYTES, MAX_CANONICAL_LINE_BYTES
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
+
+#: Prints 42 once the shell runs the line (the typed line itself shows ``6*7``), then counts
+#: the bytes of its input: a program reading whole lines, as the reviewer's ``wc -c``.
+LINE_READER = "echo $((6*7)); wc -c"
+
+
+async def _output_shows(client: Client, session: dict[str, Any], text: str,
+                        execution_id: str | None = None, timeout: float = 15.0) -> dict[str, Any]:
+    """Poll ``status_check`` until the output holds ``text``; the last status."""
+    deadline = time.monotonic() + timeout
+    action: dict[str, Any] = {"type": "status_check"}
+    if execution_id:
+        action["execution_id"] = execution_id
+    while True:
+        status = await bash(client, session, action, wait=0.2)
+        if text in status["output"]:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {text!r} in the output within {timeout}s: {status}")
+
+
+async def _ended(client: Client, session: dict[str, Any], execution_id: str | None = None,
+                 timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    action: dict[str, Any] = {"type": "status_check"}
+    if execution_id:
+        action["execution_id"] = execution_id
+    while True:
+        status = await bash(client, session, action, wait=1)
+        if status["status"] != "running":
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still running after {timeout}s: {status}")
 
 
 async def _agents(client: Client, session: dict[str, Any]) -> list[dict[str, Any]]:
@@ -95,3 +132,100 @@ async def test_a_launch_that_cannot_spawn_is_unknown_with_its_reason(
     assert agent_record["reason"].startswith("spawn_failed: ")
     assert agent_record["agent_state"] == "error"
     assert record["events"][-1]["reason"].startswith("spawn_failed: ")
+
+
+# -- 3. lines for a program that reads whole lines -----------------------------------------
+
+
+async def test_a_line_longer_than_the_terminal_holds_is_refused_whole(
+    client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    reader = await bash(client, session, {"type": "command", "command": LINE_READER}, wait=0)
+    await _output_shows(client, session, "42")
+    args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+    refused = await call_error(client, "BashCommand", {**args, "action_json": {
+        "type": "send_text", "text": "a" * 10000, "submit": True}})
+    assert refused["code"] == "limit_exceeded", refused
+    assert refused["data"] == {"input_sent": False, "limit": MAX_CANONICAL_LINE_BYTES,
+                               "size": 10000, "line": 1, "terminal_mode": "cooked"}
+    assert str(MAX_CANONICAL_LINE_BYTES) in refused["message"]
+    assert "file" in refused["message"] and "Nothing was typed" in refused["message"]
+    # The last line counts without Enter too (it waits in the same buffer); bytes, not
+    # characters: 1,400 euro signs are 4,200 bytes.
+    last = await call_error(client, "BashCommand", {**args, "action_json": {
+        "type": "send_text", "text": "short\n" + "€" * 1400}})
+    assert (last["code"], last["data"]["line"], last["data"]["size"]) == (
+        "limit_exceeded", 2, 4200)
+    # Lines up to the limit go through, however long the text.
+    fits = "a" * MAX_CANONICAL_LINE_BYTES + "\n" + "b" * MAX_CANONICAL_LINE_BYTES
+    sent = await bash(client, session, {"type": "send_text", "text": fits, "submit": True})
+    assert sent["input_sent"] is True
+    await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-d"]})
+    done = await _ended(client, session)
+    assert done["execution_id"] == reader["execution_id"] and done["exit_code"] == 0
+    # wc counted both whole lines and their line ends: nothing of the refused text, nothing lost.
+    assert done["output"].split()[-1] == str(2 * (MAX_CANONICAL_LINE_BYTES + 1)), done["output"]
+
+
+async def test_a_program_reading_keys_takes_long_lines(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    """Raw mode has no line buffer: editors and agent TUIs get the whole text."""
+    script = tmp_path / "raw_count.py"
+    script.write_text(
+        "import os, tty\n"
+        "tty.setraw(0)\n"
+        "print('raw-' + 'ready', flush=True)\n"
+        "n = 0\n"
+        "while n < 10000:\n"
+        "    n += len(os.read(0, 65536))\n"
+        "print(f'got {n}', flush=True)\n")
+    session = await initialize(client, workspace)
+    await bash(client, session, {"type": "command", "command": f"{sys.executable} {script}"},
+               wait=0)
+    await _output_shows(client, session, "raw-ready")
+    sent = await bash(client, session, {"type": "send_text", "text": "a" * 10000})
+    assert sent["input_sent"] is True and sent["terminal_mode"] == "raw", sent
+    done = await _ended(client, session)
+    assert "got 10000" in done["output"], done
+
+
+async def test_a_refused_long_line_answers_the_same_to_a_repeat(
+    tether_env: Config, workspace: Path
+) -> None:
+    """The refusal is the key's outcome: its repeat answers it again and types nothing."""
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
+        eid = await _line_reader(handle, scope)
+        typed = {**scope, "execution_id": eid, "text": "x" * 5000, "idempotency_key": "long"}
+        answers = []
+        for _ in range(2):
+            with pytest.raises(TetherError) as refused:
+                await handle.call("exec.input", typed, timeout_s=10)
+            answers.append(refused.value)
+        assert [a.code for a in answers] == [ErrorCode.LIMIT_EXCEEDED] * 2
+        assert answers[0].message == answers[1].message
+        assert answers[0].data == answers[1].data == {
+            "input_sent": False, "limit": MAX_CANONICAL_LINE_BYTES, "size": 5000, "line": 1,
+            "terminal_mode": "cooked"}
+        await handle.call("exec.input", {**scope, "execution_id": eid, "text": "ok",
+                                         "submit": True, "idempotency_key": "ok"}, timeout_s=10)
+        await handle.call("exec.input", {**scope, "execution_id": eid, "keys": ["Ctrl-d"],
+                                         "idempotency_key": "eof"}, timeout_s=10)
+        status = await handle.call("exec.status", {**scope, "execution_id": eid,
+                                                   "wait_ms": 10_000}, timeout_s=20)
+        assert status.execution.status == "exited", status
+        assert status.output.text.split()[-1] == "3"  # "ok" and its line end, nothing else
+
+
+async def _line_reader(handle: GuardianHandle, scope: dict[str, Any]) -> str:
+    """A background ``wc -c`` whose terminal is in line mode; its execution id."""
+    start = {**scope, "command": LINE_READER, "background": True, "idempotency_key": "wc"}
+    eid = str((await handle.call("exec.start", start, timeout_s=10)).execution.execution_id)
+    deadline = time.monotonic() + 15
+    while True:
+        status = await handle.call("exec.status", {**scope, "execution_id": eid,
+                                                   "wait_ms": 200}, timeout_s=10)
+        if "42" in status.output.text:
+            return eid
+        assert time.monotonic() < deadline, status.output.text

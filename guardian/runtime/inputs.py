@@ -7,6 +7,7 @@ so a slow or gone terminal is reported the same way whatever was being typed.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -14,7 +15,7 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.keys import keys_bytes
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import MAX_TEXT_BYTES
+from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, MAX_TEXT_BYTES
 from tether.protocol.methods import ExecInputParams
 
 
@@ -61,6 +62,32 @@ def _count(screen: str, text: str | None) -> int:
     return screen.count(probe) if probe else 0
 
 
+#: Terminal modes in which the program reads whole lines (``ICANON`` on).
+_LINE_MODES = frozenset({"cooked", "cooked_no_echo"})
+#: What ends a line in canonical mode: LF, and CR (ICRNL, on by default, turns it into LF;
+#: submit's Enter is a CR).
+_LINE_END = re.compile("[\r\n]")
+
+
+def _refuse_long_line(text: str, mode: str) -> None:
+    """``limit_exceeded`` (nothing typed) when a line of ``text`` is longer than the terminal's
+    line buffer holds (MAX_CANONICAL_LINE_BYTES): the kernel would drop the rest of that line
+    silently. Every line counts, the last one too (Enter may come with this text or later)."""
+    for number, line in enumerate(_LINE_END.split(text), start=1):
+        size = len(line.encode())
+        if size > MAX_CANONICAL_LINE_BYTES:
+            raise TetherError(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"line {number} of the text is {size} bytes in UTF-8, and the program reads "
+                f"whole lines (terminal in {mode} mode), which hold at most "
+                f"{MAX_CANONICAL_LINE_BYTES} bytes: the terminal would silently drop the rest "
+                "of the line. Nothing was typed. Write the text to a file and have the program "
+                "read the file, or send lines shorter than that.",
+                {"input_sent": False, "limit": MAX_CANONICAL_LINE_BYTES, "size": size,
+                 "line": number, "terminal_mode": mode},
+            )
+
+
 def stale_generation(asked: int, current: int) -> TetherError:
     return TetherError(
         ErrorCode.STALE_GENERATION,
@@ -101,6 +128,8 @@ class InputDesk:
             raise stale_generation(params.generation, generation)
         before = (await live.screen.snapshot_async()).text  # a backlog is drawn off the loop
         mode = live.runtime.input_mode()
+        if params.text is not None and len(data) > MAX_CANONICAL_LINE_BYTES and mode in _LINE_MODES:
+            _refuse_long_line(params.text, mode)  # before any byte is typed
         await deliver(live, data, write_timeout_s)
         return {"execution_id": live.execution_id, "input_sent": True, "bytes": len(data),
                 "terminal_mode": mode, "reads_keys": mode == "raw" if mode else None,
