@@ -18,6 +18,7 @@ from tether.protocol.limits import (
     MAX_ARGV_BYTES,
     MAX_CANONICAL_LINE_BYTES,
     MAX_COLS,
+    MAX_COMMAND_BYTES,
     MAX_GENERATION,
     MAX_KEYS,
     MAX_LABELS,
@@ -39,7 +40,13 @@ from tether.protocol.limits import (
     PROMPT_ID_PATTERN,
     RECOGNIZER_PATTERN,
 )
-from tether.protocol.methods import Argv
+from tether.protocol.methods import (
+    Argv,
+    Command,
+    InputText,
+    LabelValue,
+    PromptText,
+)
 from tether.protocol.text import CleanText
 
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
@@ -86,7 +93,9 @@ class InitializeArgs(ToolArgs):
 class CommandAction(ToolArgs):
     type: Literal["command"]
     generation: Generation | None = None
-    command: CleanText = Field(min_length=1, description="shell command line (may be multi-line)")
+    command: Command = Field(
+        min_length=1, description="shell command line (may be multi-line; at most "
+                                  f"{MAX_COMMAND_BYTES // 1024} KiB in UTF-8)")
     is_background: bool = False
     rows: int | None = Field(default=None, ge=MIN_ROWS, le=MAX_ROWS)
     cols: int | None = Field(default=None, ge=MIN_COLS, le=MAX_COLS)
@@ -100,7 +109,7 @@ class StatusCheckAction(ToolArgs):
 class SendTextAction(ToolArgs):
     type: Literal["send_text"]
     generation: Generation | None = None
-    text: CleanText = Field(description=f"at most {MAX_TEXT_BYTES // 1024} KiB in UTF-8; a "
+    text: InputText = Field(description=f"at most {MAX_TEXT_BYTES // 1024} KiB in UTF-8; a "
                             "program that reads whole lines takes lines of at most "
                             f"{MAX_CANONICAL_LINE_BYTES} bytes")
     execution_id: Id | None = None
@@ -243,8 +252,8 @@ class AgentArgs(ToolArgs):
                     "resume", "archive", "unarchive", "cancel", "label", "notifications"]
     target: Id | None = Field(default=None, description="execution_id of the agent")
     prompt_id: Annotated[str, Field(pattern=PROMPT_ID_PATTERN)] | None = None
-    text: CleanText | None = Field(
-        default=None, description=f"prompt text (at most {MAX_PROMPT_BYTES // 1024} KiB)")
+    text: PromptText | None = Field(
+        default=None, description=f"prompt text (at most {MAX_PROMPT_BYTES // 1024} KiB in UTF-8)")
     recognizer: Recognizer = "auto"
     timeout_seconds: float = Field(default=10, ge=0, le=MAX_PROMPT_WAIT_MS // 1000)
     limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_AGENT_LIST)
@@ -261,7 +270,7 @@ class AgentArgs(ToolArgs):
                                   f"{MAX_ARGV_BYTES // 1024} KiB in UTF-8 in all")
     conversation_id: Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)] | None = None
     title: CleanText | None = Field(default=None, max_length=MAX_TITLE)
-    labels: dict[LabelKey, CleanText | None] | None = Field(
+    labels: dict[LabelKey, LabelValue | None] | None = Field(
         default=None, max_length=MAX_LABELS,
         description="launch: initial labels; label: changes (null removes a key). A client "
                     "holding an agent open sets tether.open.<client-id> = \"true\"")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -42,6 +43,7 @@ from tether.protocol.limits import (
     MAX_ARGV_BYTES,
     MAX_CANCEL_WAIT_MS,
     MAX_COLS,
+    MAX_COMMAND_BYTES,
     MAX_CURSOR,
     MAX_GENERATION,
     MAX_IDEMPOTENCY_KEY,
@@ -57,6 +59,7 @@ from tether.protocol.limits import (
     MAX_PAGE_BYTES,
     MAX_PATH,
     MAX_PRINCIPAL,
+    MAX_PROMPT_BYTES,
     MAX_PROMPT_WAIT_MS,
     MAX_QUIET_MS,
     MAX_ROWS,
@@ -102,6 +105,39 @@ def check_argv_size(argv: list[str]) -> list[str]:
     return argv
 
 
+def utf8_limit(limit: int, advice: str) -> Callable[[str], str]:
+    """A validator refusing text over ``limit`` bytes in UTF-8 (what a terminal receives;
+    pydantic's ``max_length`` counts characters, and "€" is 3 bytes) with ``limit_exceeded``
+    naming the size, the limit and ``advice``: what to do instead."""
+
+    def check(value: str) -> str:
+        if len(value) <= limit // 4:  # 4 bytes per character at most: short text is quick
+            return value
+        size = len(value.encode())
+        if size > limit:
+            raise coded_error(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{size} bytes in UTF-8; the limit is {limit} bytes. Nothing was typed. {advice}",
+                limit=limit, size=size)
+        return value
+
+    return check
+
+
+#: A command line (SPEC §6): at most MAX_COMMAND_BYTES.
+Command = Annotated[CleanText, AfterValidator(utf8_limit(
+    MAX_COMMAND_BYTES, "Put long scripts in a file and run the file."))]
+#: Text for send_text: at most MAX_TEXT_BYTES (a line-reading program holds less per line:
+#: MAX_CANONICAL_LINE_BYTES, checked by the guardian, which knows the terminal's mode).
+InputText = Annotated[CleanText, AfterValidator(utf8_limit(
+    MAX_TEXT_BYTES, "Write long text to a file and have the program read the file, or send "
+                    "it in parts."))]
+#: A prompt (R21): at most MAX_PROMPT_BYTES.
+PromptText = Annotated[CleanText, AfterValidator(utf8_limit(
+    MAX_PROMPT_BYTES, "Put long instructions or material in a file and prompt the agent to "
+                      "read it."))]
+#: A label's value (SPEC §8), at most MAX_LABEL_VALUE characters.
+LabelValue = Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)]
 #: A launch's program and arguments: at most MAX_ARGV of them, MAX_ARGV_BYTES in all.
 Argv = Annotated[list[CleanText], Field(max_length=MAX_ARGV), AfterValidator(check_argv_size)]
 
@@ -144,7 +180,7 @@ class ResetShellParams(Scoped):
 
 
 class ExecStartParams(Scoped):
-    command: CleanText = Field(min_length=1)
+    command: Command = Field(min_length=1)
     background: bool = False
     rows: int = Field(default=DEFAULT_ROWS, ge=MIN_ROWS, le=MAX_ROWS)
     cols: int = Field(default=DEFAULT_COLS, ge=MIN_COLS, le=MAX_COLS)
@@ -161,7 +197,7 @@ class ExecStatusParams(Scoped):
 
 class ExecInputParams(Scoped):
     execution_id: ExecutionId | None = None
-    text: CleanText | None = None
+    text: InputText | None = None
     keys: list[str] | None = Field(default=None, max_length=MAX_KEYS)
     submit: bool = False
     idempotency_key: IdempotencyKey
@@ -232,7 +268,7 @@ class ExecWaitTurnParams(Scoped):
 class AgentPromptParams(Scoped):
     execution_id: ExecutionId
     prompt_id: PromptId
-    text: CleanText = Field(min_length=1)
+    text: PromptText = Field(min_length=1)
     recognizer: RecognizerName = "auto"
     timeout_ms: int = Field(default=10_000, ge=0, le=MAX_PROMPT_WAIT_MS)
 
@@ -343,7 +379,7 @@ class AgentLaunchParams(Scoped):
     recognizer: RecognizerName = "auto"
     conversation_id: ConversationId | None = None
     title: CleanText | None = Field(default=None, max_length=MAX_TITLE)
-    labels: dict[LabelKey, Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)]] = Field(
+    labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, max_length=MAX_LABELS)
     auto_archive: bool = False
     notify_on_finish: bool | None = None  # default: true when there is a parent execution
@@ -369,7 +405,7 @@ class AgentCancelParams(AgentScoped):
 
 class AgentLabelParams(AgentScoped):
     execution_id: ExecutionId
-    labels: dict[LabelKey, Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)] | None] = Field(
+    labels: dict[LabelKey, LabelValue | None] = Field(
         min_length=1, max_length=MAX_LABELS)
 
 
@@ -499,16 +535,30 @@ def validation_error(exc: ValidationError, what: str, source: Any = None) -> Tet
     """The error for a pydantic failure (front-end arguments or guardian params), with the
     message naming each bad field; ``data.field``/``data.offset`` locate unsafe text.
 
-    The code is ``invalid_request``, unless every failure carries a code of its own
-    (:func:`coded_error`: ``limit_exceeded``). With the validated ``source``, fields are named
-    by their path in it (a tagged union's tag, which pydantic puts in the location, is left
-    out). No message repeats the value it refuses."""
+    The code is ``invalid_request``, unless every failure is of one kind with a code of its
+    own: a size over a limit (pydantic's ``max_length`` or :func:`coded_error`) is
+    ``limit_exceeded``. With the validated ``source``,
+    fields are named by their path in it (a tagged union's tag, which pydantic puts in the
+    location, is left out). No message repeats the value it refuses."""
     parts = []
     codes: set[str] = set()
     data: dict[str, object] = {"input_sent": False}
     errors = exc.errors()
     for error in errors[:6]:
         where = _field_path(error["loc"], source) or what
+        if error["type"] in _TOO_LONG:
+            size, limit, unit = _size_of(error, "max_length")
+            parts.append(f"{where} is {_amount(size, unit)}; the limit is {_amount(limit, unit)}")
+            codes.add(ErrorCode.LIMIT_EXCEEDED.value)
+            if "field" not in data:
+                data.update(field=where, size=size, limit=limit, unit=unit)
+            continue
+        if error["type"] in _TOO_SHORT:
+            size, least, unit = _size_of(error, "min_length")
+            parts.append(f"{where} is empty" if size == 0 else f"{where} is {_amount(size, unit)}")
+            parts[-1] += f"; it needs at least {_amount(least, unit)}"
+            codes.add(ErrorCode.INVALID_REQUEST.value)
+            continue
         parts.append(f"{where}: {error['msg']}")
         codes.add(error["type"] if error["type"] in _CODED else ErrorCode.INVALID_REQUEST.value)
         context = error.get("ctx") or {}
@@ -525,8 +575,29 @@ def validation_error(exc: ValidationError, what: str, source: Any = None) -> Tet
                        data)
 
 
+#: pydantic's ``max_length`` and ``min_length`` failures (a string, bytes, list or dict).
+_TOO_LONG = frozenset({"string_too_long", "bytes_too_long", "too_long"})
+_TOO_SHORT = frozenset({"string_too_short", "bytes_too_short", "too_short"})
 #: Failures raised by :func:`coded_error`, whose type is the code to answer with.
 _CODED = frozenset({ErrorCode.LIMIT_EXCEEDED.value})
+
+
+def _size_of(error: Any, bound: str) -> tuple[int, int, str]:
+    """(size, limit, unit) of a length failure, in the unit the value is measured in:
+    characters of a string (pydantic's ``too_long`` calls them "items" when the limit is
+    checked after a validator), bytes of bytes, items of a list, keys of a map."""
+    value = error.get("input")
+    context = error.get("ctx") or {}
+    limit = int(context.get(bound, 0))
+    size = len(value) if isinstance(value, str | bytes | list | tuple | dict) else int(
+        context.get("actual_length") or 0)
+    unit = ("characters" if isinstance(value, str) else "bytes" if isinstance(value, bytes)
+            else "keys" if isinstance(value, dict) else "items")
+    return size, limit, unit
+
+
+def _amount(count: int, unit: str) -> str:
+    return f"{count} {unit[:-1] if count == 1 else unit}"
 
 
 def _field_path(loc: tuple[int | str, ...], source: Any) -> str:

@@ -15,22 +15,44 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import MAX_PATH
 from tether.shared.config import Config
 
 #: sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_IPC_PATH_BYTES = 107
 
 
+#: Characters of an over-long value that a message shows (never the whole value).
+PREVIEW_CHARS = 60
+
+
 def canonical_workspace(path: str) -> str:
-    """The canonical form of a workspace root: absolute, symlinks resolved, must be a dir."""
+    """The canonical form of a workspace root: absolute, symlinks resolved, must be a dir.
+
+    Its length is checked first, in bytes as the kernel counts a path (PATH_MAX): a longer one
+    is no directory this system can open, and is refused as over the limit, not as missing."""
+    _check_path_size(path, "workspace_root")
     if not path or not os.path.isabs(path):
         raise TetherError(
             ErrorCode.INVALID_REQUEST, f"workspace_root must be an absolute path, got {path!r}"
         )
     real = os.path.realpath(path)
+    _check_path_size(real, "workspace_root (with symlinks resolved)")
     if not os.path.isdir(real):
         raise TetherError(ErrorCode.INVALID_REQUEST, f"workspace_root {path!r} is not a directory")
     return real
+
+
+def _check_path_size(path: str, what: str) -> None:
+    size = len(os.fsencode(path))
+    if size > MAX_PATH:
+        raise TetherError(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{what} is {size} bytes; the limit is {MAX_PATH} bytes (PATH_MAX). It begins "
+            f"{path[:PREVIEW_CHARS]!r}... Nothing was started. Use a workspace with a "
+            "shorter path.",
+            {"input_sent": False, "field": "workspace_root", "limit": MAX_PATH, "size": size},
+        )
 
 
 def refuse_broad_workspace(root: str, config: Config) -> str:

@@ -1,11 +1,10 @@
-"""Size limits are enforced whole, in the unit the SPEC names, before anything happens (R29),
-and launch failures are reported as what they are (R13).
+"""Size limits are enforced whole, in the unit the SPEC names, before anything happens (R29).
 
-A launch's argv is measured in UTF-8 bytes, in all; over the limit it is ``limit_exceeded``
-naming the size, the limit and what to do instead, and leaves no record. A launch that cannot
-start leaves its record ``unknown`` (no exit was observed) with the reason. A program reading
-whole lines (canonical mode) is never sent a line longer than the kernel's line buffer holds,
-which would lose its tail without a trace. Real MCP client, real guardian, real PTYs.
+Sizes of what reaches a terminal or a process are UTF-8 bytes; a refusal is
+``limit_exceeded`` naming the field, the size, the limit and what to do instead, and leaves
+no record and types nothing. A program reading whole lines (canonical mode) is never sent a
+line longer than the kernel's line buffer holds, which would lose its tail without a trace.
+Real MCP client, real guardian, real PTYs.
 """
 
 from __future__ import annotations
@@ -22,7 +21,13 @@ from tests.helpers import guardian_thread
 from tests.mcp_helpers import agent, bash, call_error, execution, initialize
 from tether.frontend.guardians import GuardianHandle
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import MAX_ARGV_BYTES, MAX_CANONICAL_LINE_BYTES
+from tether.protocol.limits import (
+    MAX_ARGV_BYTES,
+    MAX_CANONICAL_LINE_BYTES,
+    MAX_PATH,
+    MAX_PROMPT_BYTES,
+    MAX_TEXT_BYTES,
+)
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -98,7 +103,7 @@ async def test_argv_over_its_byte_limit_is_refused_before_any_record(
     assert over["code"] == "limit_exceeded" and over["data"]["size"] == MAX_ARGV_BYTES + 1
 
 
-async def test_the_guardian_measures_argv_in_bytes_too(
+async def test_the_guardian_measures_argv_and_typed_text_in_bytes_too(
     tether_env: Config, workspace: Path
 ) -> None:
     """A front-end that checks nothing (an older one, a bug) still cannot get them through."""
@@ -111,6 +116,16 @@ async def test_the_guardian_measures_argv_in_bytes_too(
         assert argv.value.data["size"] == 4 + 90001 and argv.value.data["field"] == "argv"
         listed = await handle.call("agent.list", {**scope, "include_archived": True}, timeout_s=10)
         assert listed.agents == []
+        with pytest.raises(TetherError) as command:
+            await handle.call("exec.start", {**scope, "command": "echo " + "€" * 22000,
+                                             "idempotency_key": "big-command"}, timeout_s=10)
+        assert command.value.code == ErrorCode.LIMIT_EXCEEDED, command.value
+        assert "file" in command.value.message
+        with pytest.raises(TetherError) as prompt:
+            await handle.call("agent.prompt", {**scope, "execution_id": "ag_x", "prompt_id": "p",
+                                               "text": "€" * 6000}, timeout_s=10)
+        assert prompt.value.code == ErrorCode.LIMIT_EXCEEDED, prompt.value
+        assert prompt.value.data["size"] == 18000
 
 
 # -- 2. a launch that cannot spawn is unknown, not exited ---------------------------------
@@ -229,3 +244,46 @@ async def _line_reader(handle: GuardianHandle, scope: dict[str, Any]) -> str:
         if "42" in status.output.text:
             return eid
         assert time.monotonic() < deadline, status.output.text
+
+
+# -- 4. limit messages name the field, the unit and what to do -----------------------------
+
+
+async def test_length_limits_say_characters_and_name_the_field(
+    client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    launch = {"action": "launch", "provider": "command", "argv": ["true"]}
+    title = await agent(client, session, {**launch, "title": "t" * 201}, error=True)
+    assert title["code"] == "limit_exceeded", title
+    assert title["message"] == "title is 201 characters; the limit is 200 characters"
+    assert title["data"] == {"input_sent": False, "field": "title", "size": 201, "limit": 200,
+                             "unit": "characters"}
+    label = await agent(client, session, {**launch, "labels": {"k": "v" * 1025}}, error=True)
+    assert label["code"] == "limit_exceeded", label
+    assert label["message"] == "labels.k is 1025 characters; the limit is 1024 characters"
+    assert await _agents(client, session) == []
+
+
+async def test_typed_text_limits_say_what_to_do(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
+    text = await call_error(client, "BashCommand", {**args, "action_json": {
+        "type": "send_text", "text": "€" * 22000}})
+    assert text["code"] == "limit_exceeded" and text["data"]["size"] == 66000, text
+    assert str(MAX_TEXT_BYTES) in text["message"] and "file" in text["message"]
+    prompt = await agent(client, session, {"action": "prompt", "target": "ag_x",
+                                           "prompt_id": "p", "text": "x" * 16385}, error=True)
+    assert prompt["code"] == "limit_exceeded", prompt
+    assert str(MAX_PROMPT_BYTES) in prompt["message"] and "file" in prompt["message"]
+
+
+async def test_an_over_long_workspace_root_is_over_the_limit_not_missing(
+    client: Client, tmp_path: Path
+) -> None:
+    root = str(tmp_path) + "/" + "d" * 4500
+    refused = await call_error(client, "Initialize", {"type": "first_call", "workspace_root": root})
+    assert refused["code"] == "limit_exceeded", refused
+    assert refused["data"]["limit"] == MAX_PATH and refused["data"]["size"] == len(root)
+    assert "not a directory" not in refused["message"]
+    assert len(refused["message"]) < 300  # a short prefix at most, never the whole value

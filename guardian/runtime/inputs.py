@@ -116,8 +116,10 @@ class InputDesk:
             if len(data) > MAX_TEXT_BYTES:
                 raise TetherError(
                     ErrorCode.LIMIT_EXCEEDED,
-                    f"text is {len(data)} bytes; the limit is {MAX_TEXT_BYTES}",
-                    {"input_sent": False},
+                    f"text is {len(data)} bytes in UTF-8; the limit is {MAX_TEXT_BYTES} bytes. "
+                    "Nothing was typed. Write long text to a file and have the program read "
+                    "it, or send it in parts.",
+                    {"input_sent": False, "limit": MAX_TEXT_BYTES, "size": len(data)},
                 )
             if params.submit:
                 data += b"\r"
