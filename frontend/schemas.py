@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from tether.protocol.limits import (
     CONVERSATION_ID_PATTERN,
@@ -43,9 +43,11 @@ from tether.protocol.limits import (
 from tether.protocol.methods import (
     Argv,
     Command,
+    Cursor,
     InputText,
     LabelValue,
     PromptText,
+    check_cursor,
 )
 from tether.protocol.text import CleanText
 
@@ -55,6 +57,15 @@ CatalogCursor = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 #: Every path, command and text is refused (never altered) when it holds NUL, a lone
 #: surrogate or invalid UTF-8; every integer has a range (nothing overflows the wire).
 WorkspaceRoot = Annotated[CleanText, Field(description="absolute path of the workspace")]
+
+
+def _check_after(value: int | str | None) -> int | str | None:
+    return check_cursor(value) if isinstance(value, str) else value
+
+
+#: A wait's baseline: a wait's ``cursor``, or the ``catalog_cursor`` that list/observe/wait
+#: return (a malformed string is ``invalid_cursor``, like a cursor).
+After = Annotated[CatalogCursor | str | None, AfterValidator(_check_after)]
 Generation = Annotated[int, Field(
     ge=1, le=MAX_GENERATION,
     description="refuse (stale_generation) unless the target runtime is at this generation")]
@@ -174,7 +185,7 @@ class ObserveItemArgs(ToolArgs):
     source: Literal["output", "screen", "detection"] = "output"
     # The guardian checks the page range per item (one bad item does not sink the request).
     page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
-    cursor: str | None = None
+    cursor: Cursor | None = None
 
 
 class ListAction(ToolArgs):
@@ -192,7 +203,7 @@ class ReadAction(ToolArgs):
     execution_id: Id
     source: Literal["output", "screen", "detection"] = "output"
     page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
-    cursor: str | None = None
+    cursor: Cursor | None = None
 
 
 class ObserveAction(ToolArgs):
@@ -209,8 +220,7 @@ WaitEvent = Literal[
 class WaitAction(ToolArgs):
     type: Literal["wait"]
     execution_ids: list[Id] = Field(min_length=1, max_length=MAX_WAIT_IDS)
-    #: A wait's ``cursor``, or the ``catalog_cursor`` that list/observe/wait return.
-    after: CatalogCursor | str | None = None
+    after: After = None
     timeout_seconds: float = Field(default=5, ge=0, le=MAX_OBSERVE_WAIT_MS // 1000)
     events: list[WaitEvent] | None = None
 
@@ -259,9 +269,9 @@ class AgentArgs(ToolArgs):
     limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_AGENT_LIST)
     source: Literal["output", "screen", "detection"] = "output"
     page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
-    cursor: str | None = None
+    cursor: Cursor | None = None
     events: list[AgentWaitEvent] | None = None
-    after: CatalogCursor | str | None = None
+    after: After = None
     # launch
     provider: Literal["command", "claude", "codex", "opencode"] = Field(
         default="command", description="launch: what to run; command needs argv")

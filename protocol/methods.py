@@ -90,6 +90,22 @@ def coded_error(code: ErrorCode, message: str, **context: Any) -> PydanticCustom
     return PydanticCustomError(code.value, "{message}", {"message": message, **context})
 
 
+def check_cursor(value: str) -> str:
+    """A cursor that could have come from Tether: not empty (no cursor is ``null``, never
+    ``""``) and not longer than any Tether issues. Anything else is ``invalid_cursor`` (SPEC
+    §6), like a cursor that was edited, before the request goes further."""
+    if not value:
+        raise coded_error(ErrorCode.INVALID_CURSOR,
+                          "an empty string is not a cursor; to start from the beginning leave "
+                          "it out (or null), else pass a cursor that a previous call returned")
+    if len(value) > MAX_CURSOR:
+        raise coded_error(ErrorCode.INVALID_CURSOR,
+                          f"{len(value)} characters, longer than any cursor Tether issues (at "
+                          f"most {MAX_CURSOR}); pass a cursor that a previous call returned, "
+                          "unchanged, or leave it out to start again")
+    return value
+
+
 def check_argv_size(argv: list[str]) -> list[str]:
     """Refuse an argv over ``MAX_ARGV_BYTES`` in UTF-8 (:func:`argv_bytes`) before any record
     is made: the kernel may refuse a big one only at exec time (E2BIG), and the record, which
@@ -138,6 +154,8 @@ PromptText = Annotated[CleanText, AfterValidator(utf8_limit(
                       "read it."))]
 #: A label's value (SPEC §8), at most MAX_LABEL_VALUE characters.
 LabelValue = Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)]
+#: A cursor as a client may send it (see :func:`check_cursor`).
+Cursor = Annotated[str, AfterValidator(check_cursor), Field(max_length=MAX_CURSOR)]
 #: A launch's program and arguments: at most MAX_ARGV of them, MAX_ARGV_BYTES in all.
 Argv = Annotated[list[CleanText], Field(max_length=MAX_ARGV), AfterValidator(check_argv_size)]
 
@@ -224,7 +242,7 @@ class ExecReadParams(Scoped):
     execution_id: ExecutionId
     source: Literal["output", "screen", "detection"] = "output"
     page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
-    cursor: str | None = Field(default=None, max_length=MAX_CURSOR)
+    cursor: Cursor | None = None
 
 
 class ObserveItem(Params):
@@ -232,7 +250,7 @@ class ObserveItem(Params):
     source: Literal["output", "screen", "detection"] = "output"
     # Range checked by exec.observe itself, so one bad item does not sink the request.
     page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
-    cursor: str | None = Field(default=None, max_length=MAX_CURSOR)
+    cursor: Cursor | None = None
 
 
 class ExecObserveParams(Scoped):
@@ -242,7 +260,7 @@ class ExecObserveParams(Scoped):
 
 class ExecWaitParams(Scoped):
     execution_ids: list[ExecutionId] = Field(min_length=1, max_length=MAX_WAIT_IDS)
-    after: str | None = Field(default=None, max_length=MAX_CURSOR)
+    after: Cursor | None = None
     timeout_ms: int = Field(default=5000, ge=0, le=MAX_OBSERVE_WAIT_MS)
     events: list[
         Literal["state", "output", "exited", "awaiting_input", "awaiting_approval", "busy", "unknown"]
@@ -537,7 +555,7 @@ def validation_error(exc: ValidationError, what: str, source: Any = None) -> Tet
 
     The code is ``invalid_request``, unless every failure is of one kind with a code of its
     own: a size over a limit (pydantic's ``max_length`` or :func:`coded_error`) is
-    ``limit_exceeded``. With the validated ``source``,
+    ``limit_exceeded``, a malformed cursor ``invalid_cursor``. With the validated ``source``,
     fields are named by their path in it (a tagged union's tag, which pydantic puts in the
     location, is left out). No message repeats the value it refuses."""
     parts = []
@@ -579,7 +597,7 @@ def validation_error(exc: ValidationError, what: str, source: Any = None) -> Tet
 _TOO_LONG = frozenset({"string_too_long", "bytes_too_long", "too_long"})
 _TOO_SHORT = frozenset({"string_too_short", "bytes_too_short", "too_short"})
 #: Failures raised by :func:`coded_error`, whose type is the code to answer with.
-_CODED = frozenset({ErrorCode.LIMIT_EXCEEDED.value})
+_CODED = frozenset({ErrorCode.LIMIT_EXCEEDED.value, ErrorCode.INVALID_CURSOR.value})
 
 
 def _size_of(error: Any, bound: str) -> tuple[int, int, str]:

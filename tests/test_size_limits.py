@@ -4,7 +4,7 @@ Sizes of what reaches a terminal or a process are UTF-8 bytes; a refusal is
 ``limit_exceeded`` naming the field, the size, the limit and what to do instead, and leaves
 no record and types nothing. A program reading whole lines (canonical mode) is never sent a
 line longer than the kernel's line buffer holds, which would lose its tail without a trace.
-Real MCP client, real guardian, real PTYs.
+Malformed cursors are ``invalid_cursor``. Real MCP client, real guardian, real PTYs.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import pytest
 from mcp import Client
 
 from tests.helpers import guardian_thread
-from tests.mcp_helpers import agent, bash, call_error, execution, initialize
+from tests.mcp_helpers import agent, bash, call_error, execution, initialize, run
 from tether.frontend.guardians import GuardianHandle
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
     MAX_ARGV_BYTES,
     MAX_CANONICAL_LINE_BYTES,
+    MAX_CURSOR,
     MAX_PATH,
     MAX_PROMPT_BYTES,
     MAX_TEXT_BYTES,
@@ -287,3 +288,43 @@ async def test_an_over_long_workspace_root_is_over_the_limit_not_missing(
     assert refused["data"]["limit"] == MAX_PATH and refused["data"]["size"] == len(root)
     assert "not a directory" not in refused["message"]
     assert len(refused["message"]) < 300  # a short prefix at most, never the whole value
+
+
+# -- 4 and 5. a cursor that Tether cannot have issued is invalid_cursor --------------------
+
+
+async def test_empty_and_over_long_cursors_are_invalid_cursors(
+    client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    out = await run(client, session, "echo hello")
+    eid = out["execution_id"]
+    read = {"type": "read", "execution_id": eid}
+    for cursor in ("", "c" * (MAX_CURSOR + 1)):
+        refused = await execution(client, session, {**read, "cursor": cursor}, expect_error=True)
+        assert refused["code"] == "invalid_cursor", refused
+        assert refused["data"]["input_sent"] is False and len(refused["message"]) < 300
+        observed = await execution(client, session, {"type": "observe", "items": [
+            {"execution_id": eid, "cursor": cursor}]}, expect_error=True)
+        assert observed["code"] == "invalid_cursor", observed
+        waited = await execution(client, session, {"type": "wait", "execution_ids": [eid],
+                                                   "after": cursor}, expect_error=True)
+        assert waited["code"] == "invalid_cursor", waited
+        by_agent = await agent(client, session, {"action": "read", "target": eid,
+                                                 "cursor": cursor}, error=True)
+        assert by_agent["code"] == "invalid_cursor", by_agent
+    # No cursor at all is the first page, as before.
+    first = (await execution(client, session, read))["data"]
+    assert "hello" in first["text"]
+
+
+async def test_the_guardian_refuses_an_empty_cursor(tether_env: Config, workspace: Path) -> None:
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
+        eid = await _line_reader(handle, scope)
+        for method, params in (
+            ("exec.read", {"execution_id": eid, "cursor": ""}),
+            ("exec.wait", {"execution_ids": [eid], "after": "", "timeout_ms": 0}),
+        ):
+            with pytest.raises(TetherError) as refused:
+                await handle.call(method, {**scope, **params}, timeout_s=10)
+            assert refused.value.code == ErrorCode.INVALID_CURSOR, (method, refused.value)

@@ -109,7 +109,8 @@ class History:
         cursor: str | None,
     ) -> dict[str, Any]:
         scope = self._cursor_scope(params, record["execution_id"], source)
-        state = self.signer.verify(cursor, scope) if cursor else {}
+        # No cursor is None; "" never came from Tether (its params model refuses it too).
+        state = self.signer.verify(cursor, scope) if cursor is not None else {}
         if source == "output":
             return self._output_page(record, scope, page_bytes, state)
         return self._snapshot_page(record, scope, source, page_bytes, state)
@@ -266,7 +267,7 @@ class History:
         A catalog cursor lets a client that kept one across a crash see what changed while no
         front-end was there: every record persisted after that sequence counts as changed.
         """
-        if not after:
+        if after is None:
             return self._baseline(ids)
         if after.isdigit():
             seq = int(after)
