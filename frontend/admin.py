@@ -15,7 +15,7 @@ import psutil
 
 from tether.frontend.guardians import GuardianLocator, read_info
 from tether.frontend.health import process_status
-from tether.frontend.person.term import Progress
+from tether.frontend.person.term import Progress, visible
 from tether.protocol.errors import TetherError
 from tether.protocol.results import HelloResult, ShutdownResult, read_result
 from tether.protocol.transport import GuardianClient
@@ -26,6 +26,12 @@ from tether.shared.paths import GuardianPaths, canonical_workspace, guardian_pat
 
 ANSWER_TIMEOUT_S = 2.0
 SIGTERM_WAIT_S = 10.0
+
+
+def _say(text: str) -> None:
+    """Print a line that quotes guardian.json (workspace paths, which agents can choose) with
+    its control characters made visible."""
+    print(visible(text))
 
 
 def _all_infos(config: Config) -> list[dict[str, Any]]:
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             for entry in _all_infos(config):
                 state = "alive" if entry["alive"] else "gone"
-                print(f"{entry.get('workspace_root')}  protocol {entry.get('protocol')}  "
+                _say(f"{entry.get('workspace_root')}  protocol {entry.get('protocol')}  "
                       f"pid {entry.get('pid')}  {state}  instance {entry.get('instance_id')}")
             return 0
         paths = _paths(config, args.workspace)
@@ -136,14 +142,14 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 running = asyncio.run(_shutdown(info, dry_run=True))
             except TetherError:
-                print(f"The guardian of {args.workspace} (pid {info['pid']}) is alive but does "
+                _say(f"The guardian of {args.workspace} (pid {info['pid']}) is alive but does "
                       f"not answer (process status: {process_status(ident.pid)}), so the "
                       "executions stopping it would end cannot be listed. With --yes it is "
                       f"stopped by signal: SIGTERM to pid {info['pid']}, checked to be that "
                       f"very process (SIGCONT too if it is stopped; SIGKILL after "
                       f"{SIGTERM_WAIT_S:g}s). Its terminals end; their records stay readable.")
                 return 2
-            print(f"This stops the guardian of {args.workspace} (pid {info['pid']}, protocol "
+            _say(f"This stops the guardian of {args.workspace} (pid {info['pid']}, protocol "
                   f"{info['protocol']}). Every terminal it holds is hung up, which ends these "
                   f"running executions: {', '.join(running) or 'none'} (and each thread's idle "
                   "shell). Their records and output stay readable. Run again with --yes.")
@@ -153,15 +159,15 @@ def main(argv: list[str] | None = None) -> int:
                 ended = asyncio.run(_shutdown(info, dry_run=False))
             except TetherError as err:
                 outcome = _stop_by_signal(ident)
-                print(f"guardian {info['instance_id']} (pid {info['pid']}) did not answer "
+                _say(f"guardian {info['instance_id']} (pid {info['pid']}) did not answer "
                       f"({err.message}); {outcome}")
             else:
-                print(f"stopped guardian {info['instance_id']}; ended executions: "
+                _say(f"stopped guardian {info['instance_id']}; ended executions: "
                       f"{', '.join(ended) or 'none'}")
                 with Progress(f"waiting for guardian pid {ident.pid} to exit"):
                     gone = _wait_gone(ident, SIGTERM_WAIT_S)
                 if not gone:
-                    print(f"it is still running after {SIGTERM_WAIT_S:g}s; "
+                    _say(f"it is still running after {SIGTERM_WAIT_S:g}s; "
                           f"{_stop_by_signal(ident)}")
         if args.command == "restart":
             async def start() -> dict[str, Any]:
@@ -174,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
 
             with Progress("starting a guardian"):
                 started = asyncio.run(start())
-            print(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
+            _say(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
         return 0
     except TetherError as err:
-        print(f"tether guardians: {err.message}", file=sys.stderr)
+        print(f"tether guardians: {visible(err.message)}", file=sys.stderr)
         return 2

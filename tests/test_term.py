@@ -6,7 +6,7 @@ import io
 import threading
 
 from tests.helpers import poll
-from tether.frontend.person.term import Progress, fit, table, width
+from tether.frontend.person.term import Progress, fit, table, visible, width
 
 
 class FakeTTY(io.StringIO):
@@ -35,6 +35,19 @@ def test_table_aligns_by_display_width() -> None:
     cut = table(["ID", "COMMAND"], [["a", "x" * 50]], max_width=20).splitlines()[1]
     assert width(cut) == 20 and cut.endswith("…")
     assert width(fit("漢字漢字漢字", 5)) <= 5
+
+
+def test_visible_draws_every_control_character() -> None:
+    controls = [chr(c) for c in [*range(0x20), 0x7f, *range(0x80, 0xa0)] if chr(c) not in "\n\t"]
+    shown = visible("".join(controls))
+    assert shown == "".join(f"\\x{ord(c):02x}" for c in controls)
+    assert shown.isprintable()
+    assert visible("a\nb\tc") == "a ⏎ b c"
+    assert visible("echo 漢字 ✓ é") == "echo 漢字 ✓ é"  # printable text, however wide, is kept
+    assert visible(visible("\x1b[31m")) == visible("\x1b[31m") == "\\x1b[31m"
+    row = table(["ID", "TITLE", "COMMAND"], [["\x1b[2J", "\x9b1m", "\x1b]2;t\x07"]])
+    assert all(line.isprintable() for line in row.splitlines())
+    assert row.splitlines()[1].split() == ["\\x1b[2J", "\\x9b1m", "\\x1b]2;t\\x07"]
 
 
 def test_progress_draws_on_a_terminal_only() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from tether.frontend.agent_tree import archive_everywhere
 from tether.frontend.guardians import GuardianLocator, read_info
-from tether.frontend.person.term import table
+from tether.frontend.person.term import table, visible
 from tether.frontend.tools.agent_lifecycle import agent_line
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import AGENT_RPC_TIMEOUT_S, MAX_AGENT_LIST
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         config = Config.from_env()
         root = canonical_workspace(args.workspace)
     except (ValueError, TetherError) as exc:
-        print(f"tether agents: {exc}", file=sys.stderr)
+        print(f"tether agents: {visible(str(exc))}", file=sys.stderr)
         return 2
     scope = {"principal": "local", "workspace_root": root}
 
@@ -114,20 +114,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(table(["AGENT", "STATE", "GEN", "PARENT", "COMMAND"], _rows(agents),
                             max_width=shutil.get_terminal_size().columns))
             else:
-                print(f"no agents in {root}")
+                print(f"no agents in {visible(root)}")
             return 0
         if args.command == "detach":
             data = await locator.call(root, "agent.detach", {
                 **scope, "execution_id": args.execution_id}, timeout_s=AGENT_RPC_TIMEOUT_S)
-            print(f"detached: {agent_line(data.wire()['agent'])}")
+            print(f"detached: {visible(agent_line(data.wire()['agent']))}")  # has its title
             return 0
         data = await archive_everywhere(locator, root, args.execution_id)
-        print(f"archived: {', '.join(data['archived'])}")
-        print(f"detached: {', '.join(data['detached']) or 'none'}")
+        print(f"archived: {visible(', '.join(data['archived']))}")
+        print(f"detached: {visible(', '.join(data['detached']) or 'none')}")
         return 0
 
     try:
         return asyncio.run(_with_locator(config, work))
     except TetherError as err:
-        print(f"tether agents: {err.code.value}: {err.message}", file=sys.stderr)
+        print(f"tether agents: {err.code.value}: {visible(err.message)}", file=sys.stderr)
         return 2

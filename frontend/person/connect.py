@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
+from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
 from tether.protocol.results import Result
@@ -167,7 +168,8 @@ def run_cli(prog: str, body: Callable[[], Any]) -> int:
     try:
         result = asyncio.run(body())
     except TetherError as err:
-        print(f"{prog}: {err.message} [{err.code.value}]", file=sys.stderr)
+        # Messages quote paths and guardians' words: made visible like everything else.
+        print(f"{prog}: {visible(err.message)} [{err.code.value}]", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

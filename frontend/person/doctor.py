@@ -21,7 +21,7 @@ from typing import Any
 
 from tether.frontend.guardians import GuardianLocator
 from tether.frontend.person.connect import announced
-from tether.frontend.person.term import Progress
+from tether.frontend.person.term import Progress, visible
 from tether.frontend.usage import DEFAULT_MAX_BYTES
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
@@ -319,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                           "needs_action": len(actions)}, indent=2))
     else:
         for finding in doctor.findings:
-            print(f"{LABELS[finding.level]:<6}  {finding.what}")
+            # Findings quote paths and guardian.json fields, which agents can choose.
+            print(f"{LABELS[finding.level]:<6}  {visible(finding.what)}")
             if finding.fix:
-                print(f"        fix: {finding.fix}")
+                print(f"        fix: {visible(finding.fix)}")
         print(f"\n{len(actions)} finding(s) need action." if actions else "\nnothing needs action.")
     return 1 if actions else 0

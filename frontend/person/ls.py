@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 
 from tether.frontend.person.connect import Found, guardians, run_cli
-from tether.frontend.person.term import Progress, table
+from tether.frontend.person.term import Progress, table, visible
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import MAX_WORKSPACE_LIST
 from tether.shared.config import Config
@@ -100,15 +100,17 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
                 f"up {age(g.get('started_unix_ms'), now_ms)}  rss {rss}")
         if not g["alive"]:
             head = f"{g['workspace_root']}  pid {g['pid']}  GONE"
-        lines = [head]
+        # Lines built here hold paths and guardian answers: made visible whole (the table
+        # makes its own cells visible).
+        lines = [visible(head)]
         if "error" in item:
-            lines.append(f"  {item['error']['message']}")
+            lines.append(f"  {visible(item['error']['message'])}")
         else:
             threads = item["threads"]
             counts = item.get("counts", {})
             shells = ", ".join(f"{t['thread_id']} ({_shell(t)})" for t in threads)
             records = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
-            lines.append(f"  threads {len(threads)}: {shells}  records {records}")
+            lines.append(visible(f"  threads {len(threads)}: {shells}  records {records}"))
             rows = [[r["execution_id"], r["kind"], state_of(r),
                      "-" if r.get("exit_code") is None else str(r["exit_code"]),
                      age(r.get("started_unix_ms"), now_ms), r["thread_id"], what_of(r)]

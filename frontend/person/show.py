@@ -9,7 +9,7 @@ from typing import Any
 
 from tether.frontend.person.connect import find_execution, guardians, run_cli
 from tether.frontend.person.ls import age
-from tether.frontend.person.term import Progress
+from tether.frontend.person.term import Progress, visible
 from tether.shared.config import Config
 
 #: Record fields shown first, in this order; the rest follow alphabetically.
@@ -19,9 +19,15 @@ LEADING = ("execution_id", "kind", "status", "exit_code", "reason", "command", "
 
 def _when(ms: Any, now_ms: float) -> str:
     if not isinstance(ms, int):
-        return str(ms)
+        return visible(str(ms))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
     return f"{stamp} ({age(ms, now_ms)} ago)"
+
+
+def _text(value: Any) -> str:
+    """A field as a person reads it: agents and programs set most of them (command, title,
+    prompt ids, recognition reasons), so control characters are made visible."""
+    return visible(str(value))
 
 
 def render(data: dict[str, Any], now_ms: float) -> str:
@@ -38,35 +44,38 @@ def render(data: dict[str, Any], now_ms: float) -> str:
         elif key.endswith("_unix_ms"):
             out.append(f"{key}: {_when(value, now_ms)}")
         elif isinstance(value, dict | list):
-            out.append(f"{key}: {json.dumps(value, sort_keys=True)}")
+            out.append(f"{key}: {json.dumps(value, sort_keys=True)}")  # JSON escapes controls
         else:
-            out.append(f"{key}: {value}")
+            out.append(f"{_text(key)}: {_text(value)}")
     out.append(f"live runtime in this guardian: {'yes' if data['live'] else 'no'}")
     decision = data.get("recognition")
     if decision:
-        out.append(f"recognition: {decision.get('state')} by {decision.get('recognizer')} "
-                   f"(rule {decision.get('rule')}, priority {decision.get('priority')}, "
-                   f"reason {decision.get('reason')})")
+        out.append(f"recognition: {_text(decision.get('state'))} by "
+                   f"{_text(decision.get('recognizer'))} (rule {_text(decision.get('rule'))}, "
+                   f"priority {_text(decision.get('priority'))}, "
+                   f"reason {_text(decision.get('reason'))})")
         observation = data.get("observation") or {}
-        out.append("  observed: " + ", ".join(f"{k} {v}" for k, v in sorted(observation.items())))
+        out.append("  observed: " + ", ".join(f"{_text(k)} {_text(v)}"
+                                              for k, v in sorted(observation.items())))
     elif data.get("recognition_error"):
-        out.append(f"recognition: unavailable ({data['recognition_error']['message']})")
+        out.append(f"recognition: unavailable ({_text(data['recognition_error']['message'])})")
     receipts = data.get("receipts") or []
     out.append(f"prompt receipts: {len(receipts) or 'none'}")
     for receipt in receipts:
-        out.append(f"  {receipt.get('prompt_id')}: generation {receipt.get('generation')}, "
-                   f"delivered {receipt.get('delivered')}, activity observed "
-                   f"{receipt.get('activity_observed')}, wait reached "
-                   f"{receipt.get('wait_reached')}")
+        out.append(f"  {_text(receipt.get('prompt_id'))}: generation "
+                   f"{_text(receipt.get('generation'))}, delivered "
+                   f"{_text(receipt.get('delivered'))}, activity observed "
+                   f"{_text(receipt.get('activity_observed'))}, wait reached "
+                   f"{_text(receipt.get('wait_reached'))}")
     events = data.get("agent_events") or []
     out.append(f"agent events: {len(events) or 'none'}")
     for event in events:
-        out.append("  " + ", ".join(f"{k} {v}" for k, v in event.items()))
+        out.append("  " + ", ".join(f"{_text(k)} {_text(v)}" for k, v in event.items()))
     person = data.get("person_events") or []
     out.append(f"person events: {len(person) or 'none'}")
     for event in person:
-        out.append(f"  {event['kind']} at {_when(event['at_unix_ms'], now_ms)} "
-                   f"(attach session {event['attach_id']})")
+        out.append(f"  {_text(event['kind'])} at {_when(event['at_unix_ms'], now_ms)} "
+                   f"(attach session {_text(event['attach_id'])})")
     return "\n".join(out)
 
 

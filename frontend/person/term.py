@@ -11,6 +11,7 @@ The guardian never imports this module.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -25,6 +26,25 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 PROGRESS_DELAY_S = 0.3
 
 
+#: What a terminal acts on instead of drawing: C0 controls, DEL and C1 controls (ESC, BEL,
+#: CR, CSI 0x9b, ...). Newline and tab are not here: ``visible`` draws them its own way.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` safe to print on a person's terminal: every control character drawn as
+    ``\\xNN`` (ESC is ``\\x1b``), a newline as `` ⏎ `` and a tab as a space.
+
+    Commands, titles, prompt ids and paths come from agents and the programs they run. Printed
+    raw, an escape sequence in one could recolour, retitle, hide or rewrite what a person
+    reads, so everything a person's command prints that it did not write itself goes through
+    here. ``\\xNN`` rather than ``^[``: one notation for C0, DEL and C1 alike (caret notation
+    has none for C1), the one Python and bash's ``$'...'`` use.
+    """
+    text = text.replace("\n", " ⏎ ").replace("\t", " ")
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def width(text: str) -> int:
     """Display width in terminal cells (control characters count as one)."""
     w = wcswidth(text)
@@ -34,8 +54,9 @@ def width(text: str) -> int:
 
 
 def fit(text: str, cells: int) -> str:
-    """``text`` cut to at most ``cells`` display cells, with an ellipsis when cut."""
-    text = text.replace("\n", " ⏎ ").replace("\t", " ")
+    """``text`` (made ``visible``) cut to at most ``cells`` display cells, with an ellipsis
+    when cut."""
+    text = visible(text)
     if width(text) <= cells:
         return text
     out, used = [], 0
@@ -50,7 +71,9 @@ def fit(text: str, cells: int) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
           max_width: int | None = None) -> str:
-    """Columns aligned by display width; the last column is cut to ``max_width``."""
+    """Columns aligned by display width; the last column is cut to ``max_width``. Every cell
+    is made ``visible``: table cells are what agents name (commands, titles)."""
+    rows = [[visible(cell) for cell in row] for row in rows]
     cols = len(headers)
     widths = [width(h) for h in headers]
     for row in rows:

@@ -1,0 +1,69 @@
+"""A person's commands as a person's shell runs them, against real guardians: what they print
+when agents name things with control characters, into a closed pipe, without a terminal, when
+a guardian is stopped or gone, and the exit status of ``attach``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from tests.agent_helpers import launch
+from tests.mcp_helpers import initialize, run
+from tests.person_terminal import TETHER
+
+pytestmark = pytest.mark.anyio
+
+#: What an agent could put in a command or a title to take over a person's terminal: colour
+#: (CSI), a window title (OSC ended by BEL), a C1 CSI (0x9b) that clears the screen, and DEL.
+HOSTILE = "\x1b[41mREDBG\x1b]2;pwned\x07 \x9b2J\x7f x"
+SHOWN = r"\x1b[41mREDBG\x1b]2;pwned\x07 \x9b2J\x7f x"
+#: Anything a terminal would act on rather than draw (newline is the line end of the output).
+CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def tether(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TETHER, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+@pytest.fixture
+def hostile_workspace(tmp_path: Path) -> Path:
+    """A workspace whose very path sets the window title (directory names are an agent's)."""
+    root = tmp_path / "w\x1b]2;ws-title\x07s"
+    root.mkdir()
+    return root.resolve()
+
+
+async def test_control_characters_are_shown_not_obeyed(
+    client: Client, hostile_workspace: Path, tmp_path: Path
+) -> None:
+    session = await initialize(client, hostile_workspace)
+    eid = (await run(client, session, f"echo '{HOSTILE}'"))["execution_id"]
+    await launch(client, session, tmp_path / "agent.log", title=f"agent {HOSTILE}")
+    shown_root = r"w\x1b]2;ws-title\x07s"
+    views = {
+        "ls": tether("ls"),
+        "show": tether("show", eid),
+        "agents list": tether("agents", "list", "--workspace", str(hostile_workspace)),
+        "guardians list": tether("guardians", "list"),
+        "doctor": tether("doctor"),
+    }
+    for name, done in views.items():
+        assert done.returncode == 0, (name, done.stderr)
+        assert not CONTROLS.search(done.stdout + done.stderr), (name, done.stdout)
+        assert shown_root in done.stdout or name in ("show", "agents list"), (name, done.stdout)
+    assert f"echo '{SHOWN}'" in views["ls"].stdout and f"agent {SHOWN}" in views["ls"].stdout
+    assert f"command: echo '{SHOWN}'" in views["show"].stdout
+    assert f"agent {SHOWN[:30]}" in views["agents list"].stdout  # cut to 80 columns
+    # --json keeps the text exact: JSON escapes control characters itself.
+    listed = tether("ls", "--json")
+    assert not CONTROLS.search(listed.stdout)
+    [item] = json.loads(listed.stdout)
+    assert {r["command"] for r in item["executions"]} >= {f"echo '{HOSTILE}'"}
+    assert item["guardian"]["workspace_root"] == str(hostile_workspace)
+    shown = json.loads(tether("show", eid, "--json").stdout)
+    assert shown["execution"]["command"] == f"echo '{HOSTILE}'"
