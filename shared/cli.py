@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 from types import ModuleType
+
+#: Exit status when the reader of stdout went away (``tether ls | head -1``): 128 + SIGPIPE,
+#: what a shell reports for coreutils killed by SIGPIPE in the same place, so a script with
+#: ``set -o pipefail`` sees ``tether`` exactly as it sees ``cat`` or ``seq`` there.
+EXIT_BROKEN_PIPE = 141
 
 #: subcommand -> (module with a ``main(argv)``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -33,7 +39,19 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        try:
+            return run(sys.argv[1:] if argv is None else argv)
+        finally:
+            # A closed pipe shows here, where it is handled, not in the interpreter's final
+            # flush (also after argparse's --help, which leaves by SystemExit).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+
+
+def run(args: list[str]) -> int:
+    """Route ``args`` to the subcommand's ``main``; its exit status."""
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
@@ -44,6 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     module = import_frozen(entry[0])
     result: int = module.main(args[1:])
     return result
+
+
+def quiet_broken_pipe() -> int:
+    """Leave quietly after the reader of stdout went away, as coreutils do (Python ignores
+    SIGPIPE, so the write raised instead of ending the process).
+
+    Whatever is still buffered for stdout can never be written: stdout is pointed at
+    /dev/null so that the interpreter's final flush does not raise again (and print
+    "Exception ignored ... BrokenPipeError" on stderr).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def import_frozen(name: str) -> ModuleType:

@@ -5,6 +5,7 @@ a guardian is stopped or gone, and the exit status of ``attach``."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -67,3 +68,26 @@ async def test_control_characters_are_shown_not_obeyed(
     assert item["guardian"]["workspace_root"] == str(hostile_workspace)
     shown = json.loads(tether("show", eid, "--json").stdout)
     assert shown["execution"]["command"] == f"echo '{HOSTILE}'"
+
+
+def into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """``tether <args> | head -0``, deterministically: the reader is gone before the first
+    write."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([TETHER, *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    finally:
+        os.close(write)
+
+
+async def test_a_closed_pipe_ends_quietly(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    eid = (await run(client, session, "seq 1 20000"))["execution_id"]
+    for args in (["ls"], ["ls", "--json"], ["show", eid], ["tail", eid], ["tail", "-f", eid],
+                 ["guardians", "list"], ["agents", "list", "--workspace", str(workspace)],
+                 ["doctor"], ["--help"]):
+        done = into_closed_pipe(*args)
+        # 141 = 128 + SIGPIPE, as a shell reports for coreutils in the same place.
+        assert (done.returncode, done.stderr) == (141, ""), args
