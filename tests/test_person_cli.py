@@ -9,13 +9,15 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 from mcp import Client
 
 from tests.agent_helpers import launch
-from tests.mcp_helpers import initialize, run
-from tests.person_terminal import TETHER
+from tests.mcp_helpers import bash, execution, initialize, run
+from tests.person_terminal import TETHER, PersonTerminal
 
 pytestmark = pytest.mark.anyio
 
@@ -29,6 +31,12 @@ CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 def tether(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([TETHER, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+async def _background(client: Client, session: dict[str, Any], command: str) -> str:
+    started = await bash(client, session, {"type": "command", "is_background": True,
+                                           "command": command})
+    return str(started["execution_id"])
 
 
 @pytest.fixture
@@ -91,3 +99,25 @@ async def test_a_closed_pipe_ends_quietly(client: Client, workspace: Path) -> No
         done = into_closed_pipe(*args)
         # 141 = 128 + SIGPIPE, as a shell reports for coreutils in the same place.
         assert (done.returncode, done.stderr) == (141, ""), args
+
+
+async def test_attach_ends_with_the_status_it_saw(client: Client, workspace: Path) -> None:
+    """An ended program's exit code; 255 for an end whose code nobody saw (its guardian was
+    lost); 0 for a detach (tests/test_person.py)."""
+    session = await initialize(client, workspace)
+    ended = (await run(client, session, "(exit 7)"))["execution_id"]
+    running = await _background(client, session, "echo waiting; sleep 60")
+    for eid, status, farewell in ((ended, 7, b"exited with exit code 7"),
+                                  (running, 255, b"unknown (guardian_lost)")):
+        if eid == running:  # a lost guardian: its records' ends were never seen
+            guardian = psutil.Process(session["guardian"]["pid"])
+            guardian.kill()
+            guardian.wait(timeout=10)
+            got = await execution(client, session, {"type": "get", "execution_id": eid})
+            assert got["data"]["execution"]["reason"] == "guardian_lost"  # a new guardian
+        viewer = PersonTerminal(["attach", eid])
+        try:
+            assert viewer.wait_exit() == status
+            assert farewell in viewer.output()
+        finally:
+            viewer.close()

@@ -52,6 +52,14 @@ POURING_BYTES = 64 * 1024
 #: of ``scripts/bench --only attach``; 32 MiB (about a second of lag at most) dropped none.
 AHEAD_BYTES = 32 * 1024 * 1024
 DEFAULT_DETACH = "ctrl-\\"
+#: Exit status of ``tether attach`` when it was not the program's own: the person detached
+#: (nothing went wrong and the program keeps running, as ``tmux attach`` does)...
+EXIT_DETACHED = 0
+#: ...or the program ended without an exit code that Tether saw (its record is ``unknown``,
+#: e.g. its guardian was lost), or it is not running in a guardian any more. 255, as ssh does
+#: for "no remote status": shells report 128+N for a program killed by signal N, so a
+#: program's own status is 255 only when it said so itself.
+EXIT_UNKNOWN = 255
 
 
 def parse_detach_key(text: str) -> int:
@@ -354,7 +362,15 @@ class Attach:
             loop.remove_signal_handler(signal.SIGWINCH)
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.in_fd)
-        return 0
+        return self.exit_status()
+
+    def exit_status(self) -> int:
+        """The program's exit code once it has ended; EXIT_DETACHED when the person
+        detached, EXIT_UNKNOWN when it ended without one (the farewell line says which)."""
+        if self.detached.is_set():
+            return EXIT_DETACHED
+        code = None if self.final is None else self.final.get("exit_code")
+        return code if isinstance(code, int) and 0 <= code <= 255 else EXIT_UNKNOWN
 
     async def _drain_typed(self) -> None:
         while not self.typed.empty():
@@ -427,9 +443,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
             with raw_mode(in_fd):
                 try:
-                    await session.run()
+                    return await session.run()
                 finally:
                     session._out(session.farewell())
-        return 0
 
     return run_cli("tether attach", body)
