@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,29 @@ async def test_attach_ends_with_the_status_it_saw(client: Client, workspace: Pat
             assert farewell in viewer.output()
         finally:
             viewer.close()
+
+
+async def test_a_stopped_guardian_is_reported_not_a_missing_execution(
+    client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    eid = await _background(client, session, "echo here; sleep 60")
+    pid = session["guardian"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for args in (["show", eid], ["tail", eid]):
+            refused = tether(*args)
+            assert refused.returncode == 2, (args, refused.stderr)
+            assert "[guardian_unresponsive]" in refused.stderr, (args, refused.stderr)
+            assert f"kill -CONT {pid}" in refused.stderr and eid in refused.stderr
+        viewer = PersonTerminal(["attach", eid])
+        try:
+            assert viewer.wait_exit() == 2
+            assert b"[guardian_unresponsive]" in viewer.output()
+        finally:
+            viewer.close()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # An id no guardian holds is still not_found once every guardian answers.
+    missing = tether("show", "ex_0000000000000000")
+    assert missing.returncode == 2 and "[not_found]" in missing.stderr

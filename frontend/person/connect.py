@@ -142,10 +142,18 @@ async def guardians(config: Config, workspace: str | None = None) -> AsyncIterat
 
 
 async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, dict[str, Any]]:
-    """The guardian holding ``execution_id`` and its ``exec.describe``; ``not_found`` if none."""
+    """The guardian holding ``execution_id`` and its ``exec.describe``.
+
+    When no guardian that answered holds it, and a live guardian could not be asked (stopped,
+    hung), the error is that guardian's (``guardian_unresponsive``, with how to resume it):
+    ``not_found`` would be a guess, since the execution may well be in the one that is silent.
+    """
     missing: list[str] = []
+    unasked: list[TetherError] = []
     for entry in found:
         if entry.handle is None:
+            if entry.alive and entry.error is not None:
+                unasked.append(entry.error)
             continue
         if Capability.PERSON_VIEW not in entry.handle.capabilities:
             missing.append(f"{entry.workspace} (protocol {entry.handle.version})")
@@ -153,12 +161,20 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
         try:
             return entry, await entry.call("exec.describe", {"execution_id": execution_id})
         except TetherError as err:
-            if err.code != ErrorCode.NOT_FOUND:
+            if err.code in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.GUARDIAN_UNRESPONSIVE):
+                unasked.append(err)  # silent meanwhile: another guardian may still hold it
+            elif err.code != ErrorCode.NOT_FOUND:
                 raise
     hint = ""
     if missing:
         hint = (f"; guardians too old to look into (no person_view): {', '.join(missing)} — "
                 "`tether guardians restart --workspace <root>` upgrades one (ending its terminals)")
+    if unasked:
+        first = unasked[0]
+        more = f" ({len(unasked) - 1} more guardians did not answer either)" if unasked[1:] else ""
+        raise TetherError(first.code, f"no guardian that answered holds execution "
+                          f"{execution_id!r}{hint}, and one that may hold it did not answer: "
+                          f"{first.message}{more}", first.data)
     raise TetherError(ErrorCode.NOT_FOUND,
                       f"no running guardian holds execution {execution_id!r}{hint}")
 
