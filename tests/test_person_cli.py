@@ -148,3 +148,23 @@ async def test_a_stopped_guardian_is_reported_not_a_missing_execution(
     # An id no guardian holds is still not_found once every guardian answers.
     missing = tether("show", "ex_0000000000000000")
     assert missing.returncode == 2 and "[not_found]" in missing.stderr
+
+
+async def test_attach_without_a_terminal_says_what_to_use(client: Client, workspace: Path) -> None:
+    session = await initialize(client, workspace)
+    eid = await _background(client, session, "echo here; sleep 60")
+    piped = subprocess.run([TETHER, "attach", eid], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 2, piped.stderr
+    assert piped.stdout == ""  # no "detached" farewell: it never attached
+    assert "stdin and stdout are not" in piped.stderr and "[invalid_request]" in piped.stderr
+    assert f"tether tail -f {eid}" in piped.stderr
+    keyboard, terminal = os.openpty()  # typing at a terminal, printing into a pipe
+    try:
+        redirected = subprocess.run([TETHER, "attach", eid], stdin=terminal,
+                                    capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(keyboard)
+        os.close(terminal)
+    assert redirected.returncode == 2 and redirected.stdout == ""
+    assert "stdout is not one" in redirected.stderr, redirected.stderr

@@ -411,6 +411,21 @@ def raw_mode(fd: int) -> Any:
         termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
 
 
+def require_terminals(in_fd: int, out_fd: int, execution_id: str) -> None:
+    """Refuse, before anything is asked of a guardian, to attach without a terminal on both
+    sides: the mirror draws with escape sequences and reads keys in raw mode, and a file or
+    /dev/null cannot even be watched for input."""
+    not_terminals = [name for name, fd in (("stdin", in_fd), ("stdout", out_fd))
+                     if not os.isatty(fd)]
+    if not_terminals:
+        raise TetherError(
+            ErrorCode.INVALID_REQUEST,
+            f"attach needs a terminal, and {' and '.join(not_terminals)} "
+            f"{'is not one' if len(not_terminals) == 1 else 'are not'}: run it in an "
+            f"interactive terminal, or use `tether tail -f {execution_id}` to follow the "
+            "output into a pipe or file", {"not_terminals": not_terminals})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tether attach",
@@ -431,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
 
     async def body() -> int:
+        require_terminals(in_fd, out_fd, args.execution_id)
         async with guardians(Config.from_env(), args.workspace) as found:
             with Progress(f"looking for {args.execution_id}"):
                 entry, described = await find_execution(found, args.execution_id)
