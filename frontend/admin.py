@@ -11,18 +11,22 @@ import sys
 import time
 from typing import Any
 
+import filelock
 import psutil
 
-from tether.frontend.guardians import GuardianLocator, read_info
+from tether.frontend.guardians import START_TIMEOUT_S, GuardianLocator, read_info
 from tether.frontend.health import process_status
+from tether.frontend.person.doctor import lock_holders
 from tether.frontend.person.term import Progress, visible
 from tether.protocol.errors import TetherError
 from tether.protocol.results import HelloResult, ShutdownResult, read_result
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import Version
+from tether.shared.catalog import Catalog
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
-from tether.shared.paths import GuardianPaths, canonical_workspace, guardian_paths
+from tether.shared.paths import GuardianPaths, canonical_workspace, guardian_key, guardian_paths
+from tether.shared.reconcile import reconcile_lost
 
 ANSWER_TIMEOUT_S = 2.0
 SIGTERM_WAIT_S = 10.0
@@ -102,8 +106,63 @@ def _stop_by_signal(ident: ProcessIdentity) -> str:
             "its running records become unknown (guardian_lost) on the next call")
 
 
-def _paths(config: Config, workspace: str) -> GuardianPaths:
-    return guardian_paths(config, "local", canonical_workspace(workspace))
+def _paths(config: Config, root: str) -> GuardianPaths | None:
+    """The paths of the guardian of ``root`` (canonical), checked as a guardian checks them
+    (R1); None when no guardian was ever started for it here: looking creates nothing."""
+    key = guardian_key("local", root)
+    if not (config.runtime_dir / key).is_dir() and not (config.state_home / "guardians" / key).is_dir():
+        return None
+    return guardian_paths(config, "local", root)
+
+
+def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
+    """With no live guardian for ``root``: remove the guardian.json of a dead one. Returns
+    whether no guardian runs for ``root`` now, and a sentence saying what happened.
+
+    Under the start lock the front-end takes to start a guardian (so none is being started
+    meanwhile), the file is read again, and removed only when the process it names is gone
+    (pid, create time and boot: never a pid alone, R10) and no process holds guardian.lock
+    (which every running guardian holds). As the front-end does before it starts a new one,
+    the dead guardian's records still marked running become unknown (guardian_lost) first,
+    so that ``tether ls`` and ``show`` tell the truth now rather than after the next start.
+    """
+    never = f"no guardian was ever started for {root}; nothing to stop"
+    if paths is None:
+        return True, never
+    try:
+        with filelock.FileLock(str(paths.start_lock), mode=0o600, timeout=START_TIMEOUT_S):
+            info = read_info(paths)
+            if not paths.info.exists():
+                return True, (f"no guardian is running for {root}; nothing to stop"
+                              if paths.catalog.exists() else never)
+            ident = ProcessIdentity.from_dict(info) if info else None
+            if info is not None and ident is not None and ident.alive():
+                return False, (f"a guardian (pid {info['pid']}) started for {root} meanwhile; "
+                               "run the command again to stop it")
+            holders = lock_holders(paths.lock) if paths.lock.exists() else []
+            if holders:
+                return False, (f"{paths.info} names no live guardian, but pid "
+                               f"{', '.join(map(str, holders))} holds {paths.lock} (a guardian "
+                               "starting, or stuck): left as it is; `tether doctor` says more")
+            lost: list[dict[str, Any]] = []
+            if info is not None and paths.catalog.exists():
+                catalog = Catalog(paths.catalog)
+                try:
+                    lost = reconcile_lost(catalog, paths.journals,
+                                          owner=str(info.get("instance_id")))
+                finally:
+                    catalog.close()
+            paths.info.unlink(missing_ok=True)
+    except filelock.Timeout:
+        return False, (f"a guardian for {root} is being started (its start lock {paths.start_lock} "
+                       f"stayed taken for {START_TIMEOUT_S:g}s); try again")
+    if info is None:
+        return True, (f"no guardian is running for {root}; removed its unreadable "
+                      f"{paths.info}")
+    return True, (f"no guardian is running for {root}: pid {info.get('pid')} (instance "
+                  f"{info.get('instance_id')}) is gone; removed its stale record {paths.info}"
+                  + (f"; {len(lost)} of its executions it left running are now unknown "
+                     "(guardian_lost)" if lost else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
             for entry in _all_infos(config):
                 state = "alive" if entry["alive"] else "gone"
                 _say(f"{entry.get('workspace_root')}  protocol {entry.get('protocol')}  "
-                      f"pid {entry.get('pid')}  {state}  instance {entry.get('instance_id')}")
+                     f"pid {entry.get('pid')}  {state}  instance {entry.get('instance_id')}")
             return 0
-        paths = _paths(config, args.workspace)
-        info = read_info(paths)
+        root = canonical_workspace(args.workspace)
+        paths = _paths(config, root)
+        info = read_info(paths) if paths is not None else None
         ident = ProcessIdentity.from_dict(info) if info else None
         alive = bool(ident and ident.alive())
         if args.command == "status":
@@ -138,21 +198,28 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"alive": alive, **extra, **{k: v for k, v in (info or {}).items()
                                                            if k != "auth_token"}}, indent=2))
             return 0 if alive else 1
+        if not alive:
+            # Nothing to end, so no --yes needed: a stale record is removed, and restart
+            # goes on to start a guardian.
+            cleared, what = _clear_stale(paths, root)
+            _say(what)
+            if not cleared:
+                return 2
         if alive and info is not None and ident is not None and not args.yes:
             try:
                 running = asyncio.run(_shutdown(info, dry_run=True))
             except TetherError:
                 _say(f"The guardian of {args.workspace} (pid {info['pid']}) is alive but does "
-                      f"not answer (process status: {process_status(ident.pid)}), so the "
-                      "executions stopping it would end cannot be listed. With --yes it is "
-                      f"stopped by signal: SIGTERM to pid {info['pid']}, checked to be that "
-                      f"very process (SIGCONT too if it is stopped; SIGKILL after "
-                      f"{SIGTERM_WAIT_S:g}s). Its terminals end; their records stay readable.")
+                     f"not answer (process status: {process_status(ident.pid)}), so the "
+                     "executions stopping it would end cannot be listed. With --yes it is "
+                     f"stopped by signal: SIGTERM to pid {info['pid']}, checked to be that "
+                     f"very process (SIGCONT too if it is stopped; SIGKILL after "
+                     f"{SIGTERM_WAIT_S:g}s). Its terminals end; their records stay readable.")
                 return 2
             _say(f"This stops the guardian of {args.workspace} (pid {info['pid']}, protocol "
-                  f"{info['protocol']}). Every terminal it holds is hung up, which ends these "
-                  f"running executions: {', '.join(running) or 'none'} (and each thread's idle "
-                  "shell). Their records and output stay readable. Run again with --yes.")
+                 f"{info['protocol']}). Every terminal it holds is hung up, which ends these "
+                 f"running executions: {', '.join(running) or 'none'} (and each thread's idle "
+                 "shell). Their records and output stay readable. Run again with --yes.")
             return 2
         if alive and info is not None and ident is not None:
             try:
@@ -160,20 +227,20 @@ def main(argv: list[str] | None = None) -> int:
             except TetherError as err:
                 outcome = _stop_by_signal(ident)
                 _say(f"guardian {info['instance_id']} (pid {info['pid']}) did not answer "
-                      f"({err.message}); {outcome}")
+                     f"({err.message}); {outcome}")
             else:
                 _say(f"stopped guardian {info['instance_id']}; ended executions: "
-                      f"{', '.join(ended) or 'none'}")
+                     f"{', '.join(ended) or 'none'}")
                 with Progress(f"waiting for guardian pid {ident.pid} to exit"):
                     gone = _wait_gone(ident, SIGTERM_WAIT_S)
                 if not gone:
                     _say(f"it is still running after {SIGTERM_WAIT_S:g}s; "
-                          f"{_stop_by_signal(ident)}")
+                         f"{_stop_by_signal(ident)}")
         if args.command == "restart":
             async def start() -> dict[str, Any]:
                 locator = GuardianLocator(config)
                 try:
-                    handle = await locator.handle(canonical_workspace(args.workspace))
+                    handle = await locator.handle(root)
                     return {"instance_id": handle.instance_id, "protocol": str(handle.version)}
                 finally:
                     locator.close()

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from mcp import Client
 from tests.agent_helpers import launch
 from tests.mcp_helpers import bash, execution, initialize, run
 from tests.person_terminal import TETHER, PersonTerminal
+from tether.shared.config import Config
+from tether.shared.paths import guardian_key, guardian_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -168,3 +171,51 @@ async def test_attach_without_a_terminal_says_what_to_use(client: Client, worksp
         os.close(terminal)
     assert redirected.returncode == 2 and redirected.stdout == ""
     assert "stdout is not one" in redirected.stderr, redirected.stderr
+
+
+async def test_guardians_stop_says_what_it_found_and_clears_a_dead_guardians_record(
+    client: Client, tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    never = tmp_path / "never"
+    never.mkdir()
+    nothing = tether("guardians", "stop", "--workspace", str(never), "--yes")
+    assert nothing.returncode == 0, nothing.stderr
+    assert f"no guardian was ever started for {never}" in nothing.stdout
+    key = guardian_key("local", str(never))  # looking created nothing
+    assert not (tether_env.runtime_dir / key).exists()
+    assert not (tether_env.state_home / "guardians" / key).exists()
+
+    session = await initialize(client, workspace)
+    await _background(client, session, "sleep 60")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    paths = guardian_paths(tether_env, "local", str(workspace))
+    assert paths.info.exists()  # what a SIGKILLed guardian leaves behind
+    stopped = tether("guardians", "stop", "--workspace", str(workspace), "--yes")
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"no guardian is running for {workspace}: pid {guardian.pid}" in stopped.stdout
+    assert "removed its stale record" in stopped.stdout
+    assert "1 of its executions it left running are now unknown" in stopped.stdout
+    assert not paths.info.exists()
+    assert str(workspace) not in tether("guardians", "list").stdout
+    again = tether("guardians", "stop", "--workspace", str(workspace))
+    assert again.returncode == 0 and f"no guardian is running for {workspace}" in again.stdout
+
+    # A dead guardian's record while something holds guardian.lock (a guardian starting):
+    # left alone.
+    paths.info.write_text(json.dumps({**session["guardian"], "endpoint": "ipc:///nowhere",
+                                      "auth_token": "t", "create_time": 1.0, "boot_id": "x"}))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(paths.lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        kept = tether("guardians", "stop", "--workspace", str(workspace), "--yes")
+        assert kept.returncode == 2 and f"pid {holder.pid} holds" in kept.stdout, kept.stdout
+        assert paths.info.exists()
+    finally:
+        holder.kill()
+        holder.wait()
