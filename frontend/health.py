@@ -48,3 +48,18 @@ def unresponsive(paths: GuardianPaths, info: dict[str, Any], workspace_root: str
         {"pid": pid, "process_status": status, "socket_present": socket_present,
          "input_sent": input_sent, "operator_action_required": True},
     )
+
+
+def measured(err: TetherError, paths: GuardianPaths, info: dict[str, Any], workspace_root: str,
+             *, waited_s: float) -> TetherError:
+    """``err`` restated with the wait a caller measured, when it is ``guardian_unresponsive``.
+
+    The locator states the longest a handshake may wait (its timeout plus the reply grace),
+    but a stopped guardian never completes the socket's handshake, so sending gives up sooner
+    (after about 2s): "did not answer within 5s" said after 2s would make a person doubt the
+    rest of the message.
+    """
+    if err.code != ErrorCode.GUARDIAN_UNRESPONSIVE:
+        return err
+    return unresponsive(paths, info, workspace_root, waited_s=round(waited_s, 1),
+                        input_sent=err.data.get("input_sent", False))

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,32 @@ async def test_guardians_stop_says_what_it_found_and_clears_a_dead_guardians_rec
     finally:
         holder.kill()
         holder.wait()
+
+
+async def test_doctor_on_a_stopped_guardian_says_continue_it_and_how_long_it_waited(
+    client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    eid = await _background(client, session, "sleep 60")
+    pid = session["guardian"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        runs: dict[str, tuple[subprocess.CompletedProcess[str], float]] = {}
+        for args in (["doctor"], ["show", eid]):
+            started = time.monotonic()
+            done = tether(*args)
+            runs[args[0]] = done, time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    doctor = runs["doctor"][0]
+    assert doctor.returncode == 1, doctor.stdout
+    lines = doctor.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if f"guardian pid {pid} of" in line)
+    assert lines[at].startswith("ACTION") and f"`kill -CONT {pid}`" in lines[at]
+    assert lines[at + 1].strip().startswith(f"fix: kill -CONT {pid}  # then, if it stays "
+                                            "unresponsive: tether guardians restart")
+    for name, (done, elapsed) in runs.items():
+        # The wait it states is one it really waited (not the 5s a handshake may take).
+        stated = re.search(r"did not answer within ([\d.]+)s", done.stdout + done.stderr)
+        assert stated is not None, (name, done.stdout, done.stderr)
+        assert 0 < float(stated.group(1)) <= elapsed, (name, stated.group(0), elapsed)

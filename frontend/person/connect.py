@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
+from tether.frontend.health import measured
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
 from tether.protocol.results import Result
 from tether.protocol.versions import Capability
+from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, canonical_workspace, ensure_private_dir
@@ -107,8 +109,10 @@ def _paths(config: Config, info_path: Path) -> GuardianPaths:
 
 
 @asynccontextmanager
-async def guardians(config: Config, workspace: str | None = None) -> AsyncIterator[list[Found]]:
+async def guardians(config: Config, workspace: str | None = None, *,
+                    clock: Clock | None = None) -> AsyncIterator[list[Found]]:
     """Connect to every live guardian (of ``workspace`` only, when given); close on exit."""
+    clock = clock or Clock()
     ensure_private_dir(config.runtime_dir, what="runtime dir")  # refuse an unsafe dir (R1)
     root = canonical_workspace(workspace) if workspace else None
     locator = GuardianLocator(config)
@@ -123,10 +127,12 @@ async def guardians(config: Config, workspace: str | None = None) -> AsyncIterat
     async def connect(entry: Found) -> None:
         if not entry.alive:
             return
+        asked = clock.monotonic()
         try:
             entry.handle = await locator.existing(entry.paths)
         except TetherError as err:
-            entry.error = err
+            entry.error = measured(err, entry.paths, entry.info, entry.workspace,
+                                   waited_s=clock.monotonic() - asked)
             return
         if entry.handle is None:
             entry.error = TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,

@@ -19,13 +19,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tether.frontend.guardians import GuardianLocator
+from tether.frontend.health import measured
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
 from tether.frontend.usage import DEFAULT_MAX_BYTES
-from tether.protocol.errors import TetherError
+from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import known_minor_versions
+from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths
@@ -43,9 +47,10 @@ class Finding:
 
 
 class Doctor:
-    def __init__(self, config: Config, env: dict[str, str]) -> None:
+    def __init__(self, config: Config, env: dict[str, str], clock: Clock | None = None) -> None:
         self.config = config
         self.env = env
+        self.clock = clock or Clock()
         self.findings: list[Finding] = []
 
     def add(self, level: str, what: str, fix: str | None = None) -> None:
@@ -157,12 +162,22 @@ class Doctor:
                      f"pid {info.get('pid')}", f"kill {' '.join(map(str, holders))}")
         paths = GuardianPaths(key=path.parent.name, runtime=path.parent,
                               state=self.config.state_home / "guardians" / path.parent.name)
+        asked = self.clock.monotonic()
         try:
             handle = await asyncio.wait_for(locator.existing(paths), 10)
         except (TetherError, TimeoutError) as exc:
+            if isinstance(exc, TetherError):
+                exc = measured(exc, paths, info, str(workspace),
+                               waited_s=self.clock.monotonic() - asked)
             message = exc.message if isinstance(exc, TetherError) else "no answer in 10s"
+            stopped = (isinstance(exc, TetherError) and exc.code == ErrorCode.GUARDIAN_UNRESPONSIVE
+                       and exc.data.get("process_status") == psutil.STATUS_STOPPED)
+            # A stopped guardian only needs continuing (as the message says); any other one
+            # that does not answer is replaced: restart stops it by identity, SIGTERM first.
+            fix = (f"kill -CONT {info.get('pid')}  # then, if it stays unresponsive: {restart}"
+                   if stopped else restart)
             self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but its "
-                     f"handshake failed: {message}", f"kill {info.get('pid')}; {restart}")
+                     f"handshake failed: {message}", fix)
             return
         if handle is None:
             self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but does "
