@@ -16,6 +16,7 @@ import psutil
 
 from tether.frontend.guardians import START_TIMEOUT_S, GuardianLocator, read_info
 from tether.frontend.health import process_status
+from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.doctor import lock_holders
 from tether.frontend.person.term import Progress, visible
 from tether.protocol.errors import TetherError
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                         ("stop", "stop a workspace's guardian (ends its terminals)"),
                         ("restart", "stop it and start one of this version")):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--workspace", required=True)
+        p.add_argument("--workspace", required=True, type=workspace_arg,
+                       help="workspace root (relative to the current directory, or absolute)")
         if name in ("stop", "restart"):
             p.add_argument("--yes", action="store_true",
                            help="really stop it, ending every running terminal it holds")

@@ -10,6 +10,7 @@ import gc
 import importlib
 import os
 import sys
+from importlib import metadata
 from types import ModuleType
 
 #: Exit status when the reader of stdout went away (``tether ls | head -1``): 128 + SIGPIPE,
@@ -33,7 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def usage() -> str:
-    lines = ["usage: tether <command> [options]", "", "commands:"]
+    lines = ["usage: tether <command> [options]", "       tether --version", "", "commands:"]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
@@ -54,6 +55,9 @@ def run(args: list[str]) -> int:
     """Route ``args`` to the subcommand's ``main``; its exit status."""
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        print(f"tether {version()}")
         return 0
     entry = SUBCOMMANDS.get(args[0])
     if entry is None:
@@ -78,6 +82,14 @@ def quiet_broken_pipe() -> int:
     finally:
         os.close(devnull)
     return EXIT_BROKEN_PIPE
+
+
+def version() -> str:
+    """The installed package's version (what a bug report needs first)."""
+    try:
+        return metadata.version("tether")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed as a package)"
 
 
 def import_frozen(name: str) -> ModuleType:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,26 @@ async def test_doctor_on_a_stopped_guardian_says_continue_it_and_how_long_it_wai
         stated = re.search(r"did not answer within ([\d.]+)s", done.stdout + done.stderr)
         assert stated is not None, (name, done.stdout, done.stderr)
         assert 0 < float(stated.group(1)) <= elapsed, (name, stated.group(0), elapsed)
+
+
+async def test_relative_workspaces_a_version_and_no_python_none(
+    client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    eid = (await run(client, session, "echo plain"))["execution_id"]
+    for args in (["ls", "--json"], ["show", eid], ["tail", eid], ["guardians", "status"],
+                 ["agents", "list", "--json"]):
+        for where, cwd in ((".", workspace), (workspace.name, workspace.parent)):
+            done = tether(*args, "--workspace", where, cwd=cwd)
+            assert done.returncode == 0, (args, where, done.stderr)
+    [item] = json.loads(tether("ls", "--json", "--workspace", ".", cwd=workspace).stdout)
+    assert item["guardian"]["workspace_root"] == str(workspace)
+    assert "plain" in tether("tail", eid, "--workspace", ".", cwd=workspace).stdout
+    # A shell command's recognition has no rule priority, its observation no byte counts:
+    # a dash, never Python's None.
+    shown = tether("show", eid)
+    assert "recognition:" in shown.stdout and "—" in shown.stdout
+    assert "None" not in shown.stdout, shown.stdout
+    version = tether("--version")
+    assert version.returncode == 0
+    assert version.stdout == f"tether {metadata.version('tether')}\n"

@@ -20,6 +20,7 @@ from typing import Any
 
 from tether.frontend.agent_tree import archive_everywhere
 from tether.frontend.guardians import GuardianLocator, read_info
+from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.term import table, visible
 from tether.frontend.tools.agent_lifecycle import agent_line
 from tether.protocol.errors import TetherError
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=help_)
         p.add_argument("execution_id")
     for p in sub.choices.values():
-        p.add_argument("--workspace", default=os.getcwd(),
+        p.add_argument("--workspace", default=os.getcwd(), type=workspace_arg,
                        help="workspace root (default: the current directory)")
     args = parser.parse_args(argv)
     try:

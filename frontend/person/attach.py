@@ -29,7 +29,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from tether.frontend.person.connect import FOLLOW_WAIT_MS, Found, find_execution, guardians, run_cli
+from tether.frontend.person.connect import (
+    FOLLOW_WAIT_MS,
+    Found,
+    find_execution,
+    guardians,
+    run_cli,
+    workspace_arg,
+)
 from tether.frontend.person.term import Progress, width
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_STREAM_BYTES, MAX_TEXT_BYTES, RPC_SLACK_S
@@ -437,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="forward keystrokes to the program (recorded as a person event)")
     parser.add_argument("--detach-key", default=DEFAULT_DETACH,
                         help="key that detaches (default ctrl-\\)")
-    parser.add_argument("--workspace", help="look only in this workspace's guardian")
+    parser.add_argument("--workspace", type=workspace_arg, help="look only in this workspace's guardian")
     args = parser.parse_args(argv)
     try:
         detach = parse_detach_key(args.detach_key)

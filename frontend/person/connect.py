@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -85,6 +87,14 @@ async def watched(entry: Found, work: Awaitable[T]) -> T:
         for pending in (task, watcher):
             pending.cancel()
         await asyncio.gather(task, watcher, return_exceptions=True)
+
+
+def workspace_arg(text: str) -> str:
+    """``--workspace``'s type: a path as a person types it, relative ones against the current
+    directory (``--workspace .``); the guardian's key is made from the canonical form."""
+    if not text:
+        raise argparse.ArgumentTypeError("must be a directory, not empty")
+    return os.path.abspath(text)
 
 
 def announced(config: Config) -> list[tuple[Path, dict[str, Any] | None]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from tether.frontend.person.connect import Found, guardians, run_cli
+from tether.frontend.person.connect import Found, guardians, run_cli, workspace_arg
 from tether.frontend.person.term import Progress, table, visible
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import MAX_WORKSPACE_LIST
@@ -128,7 +128,7 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tether ls", description="List guardians, their threads and executions.")
-    parser.add_argument("--workspace", help="only this workspace's guardian")
+    parser.add_argument("--workspace", type=workspace_arg, help="only this workspace's guardian")
     parser.add_argument("--all", action="store_true",
                         help=f"every retained record (up to {MAX_WORKSPACE_LIST} per guardian), "
                         f"not only the newest {DEFAULT_LIMIT}")

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from tether.frontend.person.connect import find_execution, guardians, run_cli
+from tether.frontend.person.connect import find_execution, guardians, run_cli, workspace_arg
 from tether.frontend.person.ls import age
 from tether.frontend.person.term import Progress, visible
 from tether.shared.config import Config
@@ -26,8 +26,9 @@ def _when(ms: Any, now_ms: float) -> str:
 
 def _text(value: Any) -> str:
     """A field as a person reads it: agents and programs set most of them (command, title,
-    prompt ids, recognition reasons), so control characters are made visible."""
-    return visible(str(value))
+    prompt ids, recognition reasons), so control characters are made visible; a value that
+    is not there is a dash, not Python's ``None``."""
+    return "—" if value is None else visible(str(value))
 
 
 def render(data: dict[str, Any], now_ms: float) -> str:
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="tether show", description="Show one execution: its whole record, turn "
         "recognition, prompt receipts, agent events and person events.")
     parser.add_argument("execution_id", metavar="ID")
-    parser.add_argument("--workspace", help="look only in this workspace's guardian")
+    parser.add_argument("--workspace", type=workspace_arg, help="look only in this workspace's guardian")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
 

@@ -21,6 +21,7 @@ from tether.frontend.person.connect import (
     guardians,
     run_cli,
     watched,
+    workspace_arg,
 )
 from tether.frontend.person.term import Progress
 from tether.protocol.limits import MAX_STREAM_BYTES, RPC_SLACK_S
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing new output until the execution ends")
     parser.add_argument("--bytes", type=int, metavar="N", help="start N bytes before the end")
-    parser.add_argument("--workspace", help="look only in this workspace's guardian")
+    parser.add_argument("--workspace", type=workspace_arg, help="look only in this workspace's guardian")
     args = parser.parse_args(argv)
     if args.bytes is not None and args.bytes < 0:
         parser.error("--bytes must be 0 or more")
