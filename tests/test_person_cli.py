@@ -162,7 +162,7 @@ async def test_attach_without_a_terminal_says_what_to_use(client: Client, worksp
                            capture_output=True, text=True, timeout=60)
     assert piped.returncode == 2, piped.stderr
     assert piped.stdout == ""  # no "detached" farewell: it never attached
-    assert "stdin and stdout are not" in piped.stderr and "[invalid_request]" in piped.stderr
+    assert "neither stdin nor stdout is one" in piped.stderr and "[invalid_request]" in piped.stderr
     assert f"tether tail -f {eid}" in piped.stderr
     keyboard, terminal = os.openpty()  # typing at a terminal, printing into a pipe
     try:

@@ -425,12 +425,13 @@ def require_terminals(in_fd: int, out_fd: int, execution_id: str) -> None:
     not_terminals = [name for name, fd in (("stdin", in_fd), ("stdout", out_fd))
                      if not os.isatty(fd)]
     if not_terminals:
+        which = (f"{not_terminals[0]} is not one" if len(not_terminals) == 1
+                 else "neither stdin nor stdout is one")
         raise TetherError(
             ErrorCode.INVALID_REQUEST,
-            f"attach needs a terminal, and {' and '.join(not_terminals)} "
-            f"{'is not one' if len(not_terminals) == 1 else 'are not'}: run it in an "
-            f"interactive terminal, or use `tether tail -f {execution_id}` to follow the "
-            "output into a pipe or file", {"not_terminals": not_terminals})
+            f"attach needs a terminal, and {which}: run it in an interactive terminal, or use "
+            f"`tether tail -f {execution_id}` to follow the output into a pipe or file",
+            {"not_terminals": not_terminals})
 
 
 def main(argv: list[str] | None = None) -> int:
