@@ -37,7 +37,7 @@ from tether.frontend.person.connect import (
     run_cli,
     workspace_arg,
 )
-from tether.frontend.person.term import Progress, width
+from tether.frontend.person.term import Progress, visible, width
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_STREAM_BYTES, MAX_TEXT_BYTES, RPC_SLACK_S
 from tether.shared.config import Config
@@ -400,8 +400,9 @@ class Attach:
             what = f"{self.execution_id} {self.final['status']}" + (
                 f" with exit code {code}" if code is not None else "") + (
                 f" ({self.final['reason']})" if self.final.get("reason") else "")
-        return f"\x1b[0m\x1b[r\x1b[{terminal_size(self.out_fd).rows};1H\r\n[tether: {what}]\r\n" \
-            .encode()
+        # ``what`` may quote a guardian's error (paths an agent chose): made visible.
+        return (f"\x1b[0m\x1b[r\x1b[{terminal_size(self.out_fd).rows};1H\r\n"
+                f"[tether: {visible(what)}]\r\n").encode()
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from tether.frontend.person.connect import (
     watched,
     workspace_arg,
 )
-from tether.frontend.person.term import Progress
+from tether.frontend.person.term import Progress, visible
 from tether.protocol.limits import MAX_STREAM_BYTES, RPC_SLACK_S
 from tether.shared.config import Config
 
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                 out.close()
         if args.follow:
             code = final["exit_code"]
-            print(f"[tether: {args.execution_id} {final['status']}"
-                  + (f", exit code {code}" if code is not None else "")
-                  + (f" ({final['reason']})" if final.get("reason") else "") + "]",
+            print(visible(f"[tether: {args.execution_id} {final['status']}"
+                          + (f", exit code {code}" if code is not None else "")
+                          + (f" ({final['reason']})" if final.get("reason") else "") + "]"),
                   file=sys.stderr)
         return 0
 
