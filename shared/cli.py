@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             # A closed pipe shows here, where it is handled, not in the interpreter's final
             # flush (also after argparse's --help, which leaves by SystemExit).
-            sys.stdout.flush()
+            if sys.stdout is not None:
+                sys.stdout.flush()
     except BrokenPipeError:
         return quiet_broken_pipe()
 
