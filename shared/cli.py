@@ -10,7 +10,6 @@ import gc
 import importlib
 import os
 import sys
-from importlib import metadata
 from types import ModuleType
 
 #: Exit status when the reader of stdout went away (``tether ls | head -1``): 128 + SIGPIPE,
@@ -87,6 +86,8 @@ def quiet_broken_pipe() -> int:
 
 def version() -> str:
     """The installed package's version (what a bug report needs first)."""
+    from importlib import metadata  # here: `tether guardian` never pays for importing it
+
     try:
         return metadata.version("tether")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
