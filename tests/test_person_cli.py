@@ -4,6 +4,7 @@ a guardian is stopped or gone, and the exit status of ``attach``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,16 @@ async def _background(client: Client, session: dict[str, Any], command: str) -> 
     started = await bash(client, session, {"type": "command", "is_background": True,
                                            "command": command})
     return str(started["execution_id"])
+
+
+@contextlib.contextmanager
+def _stopped(pid: int) -> Iterator[None]:
+    """The guardian ``pid`` stopped (SIGSTOP: alive, silent) for the block's length."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture
@@ -135,8 +147,7 @@ async def test_a_stopped_guardian_is_reported_not_a_missing_execution(
     session = await initialize(client, workspace)
     eid = await _background(client, session, "echo here; sleep 60")
     pid = session["guardian"]["pid"]
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with _stopped(pid):
         for args in (["show", eid], ["tail", eid]):
             refused = tether(*args)
             assert refused.returncode == 2, (args, refused.stderr)
@@ -148,8 +159,6 @@ async def test_a_stopped_guardian_is_reported_not_a_missing_execution(
             assert b"[guardian_unresponsive]" in viewer.output()
         finally:
             viewer.close()
-    finally:
-        os.kill(pid, signal.SIGCONT)
     # An id no guardian holds is still not_found once every guardian answers.
     missing = tether("show", "ex_0000000000000000")
     assert missing.returncode == 2 and "[not_found]" in missing.stderr
@@ -229,15 +238,12 @@ async def test_doctor_on_a_stopped_guardian_says_continue_it_and_how_long_it_wai
     session = await initialize(client, workspace)
     eid = await _background(client, session, "sleep 60")
     pid = session["guardian"]["pid"]
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        runs: dict[str, tuple[subprocess.CompletedProcess[str], float]] = {}
+    runs: dict[str, tuple[subprocess.CompletedProcess[str], float]] = {}
+    with _stopped(pid):
         for args in (["doctor"], ["show", eid]):
             started = time.monotonic()
             done = tether(*args)
             runs[args[0]] = done, time.monotonic() - started
-    finally:
-        os.kill(pid, signal.SIGCONT)
     doctor = runs["doctor"][0]
     assert doctor.returncode == 1, doctor.stdout
     lines = doctor.stdout.splitlines()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,33 +39,32 @@ pytestmark = pytest.mark.anyio
 LINE_READER = "echo $((6*7)); wc -c"
 
 
-async def _output_shows(client: Client, session: dict[str, Any], text: str,
-                        execution_id: str | None = None, timeout: float = 15.0) -> dict[str, Any]:
-    """Poll ``status_check`` until the output holds ``text``; the last status."""
+async def _status_until(client: Client, session: dict[str, Any], done: Callable[[dict[str, Any]], bool],
+                        what: str, execution_id: str | None = None, timeout: float = 15.0,
+                        ) -> dict[str, Any]:
+    """Poll ``status_check`` until ``done(status)``; that status."""
     deadline = time.monotonic() + timeout
     action: dict[str, Any] = {"type": "status_check"}
     if execution_id:
         action["execution_id"] = execution_id
     while True:
         status = await bash(client, session, action, wait=0.2)
-        if text in status["output"]:
+        if done(status):
             return status
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {text!r} in the output within {timeout}s: {status}")
+            raise AssertionError(f"not {what} within {timeout}s: {status}")
 
 
-async def _ended(client: Client, session: dict[str, Any], execution_id: str | None = None,
-                 timeout: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    action: dict[str, Any] = {"type": "status_check"}
-    if execution_id:
-        action["execution_id"] = execution_id
-    while True:
-        status = await bash(client, session, action, wait=1)
-        if status["status"] != "running":
-            return status
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still running after {timeout}s: {status}")
+async def _output_shows(client: Client, session: dict[str, Any], text: str,
+                        execution_id: str | None = None) -> dict[str, Any]:
+    return await _status_until(client, session, lambda s: text in s["output"],
+                               f"showing {text!r}", execution_id)
+
+
+async def _ended(client: Client, session: dict[str, Any],
+                 execution_id: str | None = None) -> dict[str, Any]:
+    return await _status_until(client, session, lambda s: s["status"] != "running", "ended",
+                               execution_id)
 
 
 async def _agents(client: Client, session: dict[str, Any]) -> list[dict[str, Any]]:
