@@ -322,6 +322,7 @@ class GuardianLocator:
             info["endpoint"], info["auth_token"], version=version,
             instance_id=info["instance_id"],
         )
+        asked = time.monotonic()
         try:
             hello = await client.call(
                 "hello",
@@ -333,10 +334,12 @@ class GuardianLocator:
             if err.code == ErrorCode.PROTOCOL_MISMATCH:
                 raise
             if err.code == ErrorCode.GUARDIAN_UNAVAILABLE and identity.alive():
-                # Alive (identity checked) but silent: say so, and start nothing.
+                # Alive (identity checked) but silent: say so, and start nothing. The wait
+                # stated is the one measured: a stopped guardian never completes the socket's
+                # handshake, so the send gives up (about 2s) before the reply's deadline.
                 where = workspace_root or str(info.get("workspace_root", paths.runtime))
                 raise unresponsive(paths, info, where,
-                                   waited_s=HELLO_TIMEOUT_S + REPLY_GRACE_S) from None
+                                   waited_s=round(time.monotonic() - asked, 1)) from None
             return None
         try:
             greeting = HelloResult.model_validate(hello)

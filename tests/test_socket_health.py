@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -82,11 +84,18 @@ async def test_stopped_guardian_is_unresponsive_not_a_failed_start(
                 "thread_id": session["thread_id"]})
             assert status_call["code"] == "guardian_unresponsive", status_call
             async with Client(build_server(tether_env)) as fresh:
+                started = time.monotonic()
                 refused = await call_error(fresh, "BashCommand", {
                     "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
                     "action_json": {"type": "command", "command": f"touch {workspace}/ran"}})
+                elapsed = time.monotonic() - started
                 assert refused["code"] == "guardian_unresponsive", refused
                 assert refused["data"]["input_sent"] is False
+                # The wait it states is one it waited (a stopped guardian is given up on
+                # before the handshake's deadline).
+                stated = re.search(r"did not answer within ([\d.]+)s", refused["message"])
+                assert stated is not None and 0 < float(stated.group(1)) <= elapsed, (
+                    refused["message"], elapsed)
             status = tether("guardians", "status", "--workspace", str(workspace))
             shown = json.loads(status.stdout)
             assert (shown["alive"], shown["answering"], shown["process_status"]) == (
