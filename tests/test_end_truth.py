@@ -196,8 +196,14 @@ async def test_full_disk_loses_no_exit(
         # Every command ends while the disk is full.
         catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
         procs = processes_with_env("TETHER_THREAD_ID", session["thread_id"])
-        poll(lambda: not [p for p in procs if p.is_running() and "sleep" in p.name()],
-             what="the commands to end")
+
+        def sleeping(proc: psutil.Process) -> bool:
+            try:
+                return proc.is_running() and "sleep" in proc.name()
+            except psutil.Error:  # it ended between the two questions
+                return False
+
+        poll(lambda: not [p for p in procs if sleeping(p)], what="the commands to end")
         assert psutil.pid_exists(guardian_pid)
         # The guardian tells the truth from memory while the file cannot take it yet.
         for eid, code in expected.items():
