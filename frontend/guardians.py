@@ -9,6 +9,7 @@ and starts a new one, under a start lock so that racing front-ends end up with o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,7 @@ class Liveness:
         self.identity = identity
         self._fd: int | None = None
         self._poll: select.poll | None = None
+        self._watch: asyncio.AbstractEventLoop | None = None
         try:
             fd = os.pidfd_open(identity.pid)
         except (AttributeError, OSError):
@@ -89,7 +92,25 @@ class Liveness:
             return self.identity.alive()
         return not self._poll.poll(0)
 
+    def on_exit(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from ``loop``, when the process ends (nothing without a
+        pidfd: callers then find out at their deadline, as before)."""
+        fd = self._fd
+        if fd is None or self._watch is not None:
+            return
+
+        def ended() -> None:
+            loop.remove_reader(fd)
+            callback()
+
+        loop.add_reader(fd, ended)
+        self._watch = loop
+
     def close(self) -> None:
+        if self._watch is not None and self._fd is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self._watch.remove_reader(self._fd)
+        self._watch = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -120,6 +141,18 @@ class GuardianHandle:
         if self.liveness is None:
             self.liveness = Liveness(self.identity)
         return self.liveness.alive()
+
+    def watch_exit(self) -> None:
+        """Fail this guardian's waiting calls the moment its process ends, instead of at their
+        deadlines (up to a command's wait plus grace): a crash is seen at once, and reads are
+        retried on the guardian that replaces it (GuardianLocator.call)."""
+        if self.liveness is None:
+            self.liveness = Liveness(self.identity)
+        pid = self.identity.pid
+        self.liveness.on_exit(asyncio.get_running_loop(), lambda: self.client.fail_pending(
+            TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
+                        f"the guardian (pid {pid}) exited while this call waited for it",
+                        {"input_sent": "unknown"})))
 
     def close(self) -> None:
         self.client.close()
@@ -204,6 +237,7 @@ class GuardianLocator:
                 self.forget(workspace_root)
             found = await self._connect(workspace_root, thread_id, start=start)
             if found is not None:
+                found.watch_exit()
                 self._handles[workspace_root] = found
             return found
 

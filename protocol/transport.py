@@ -202,6 +202,13 @@ class GuardianClient:
             {"input_sent": "unknown"},  # the request itself may have been carried out
         ))
 
+    def fail_pending(self, error: TetherError) -> None:
+        """Fail every call still waiting for a reply with ``error`` (the guardian is gone: no
+        reply can come, and waiting for each deadline would only delay the retry)."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+
     def close(self) -> None:
         """Close the socket; pending calls fail with ``guardian_unavailable``."""
         if self._closed:

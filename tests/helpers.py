@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import psutil
 import pytest
 
@@ -60,6 +61,20 @@ def poll(check: Callable[[], T | None], timeout: float = 10.0, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def apoll(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02,
+                what: str = "condition") -> T:
+    """:func:`poll` for async tests: sleeps without blocking the loop, so that an in-process
+    server (and anything else on the loop) keeps working while it waits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await anyio.sleep(interval)
 
 
 def guardian_infos(runtime_dir: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import zmq
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import guardian_thread, poll, start_guardian
+from tests.helpers import apoll, guardian_thread, poll, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 from tether.protocol import codec
 from tether.protocol.errors import ErrorCode, TetherError
@@ -75,6 +75,37 @@ async def test_guardian_killed_is_reported_unknown(client: Client, workspace: Pa
     assert old.strip() == "history-before-crash"
     fresh = await run(client, again, "echo new-guardian-works")
     assert fresh["output"].strip() == "new-guardian-works"
+
+
+async def test_a_guardian_that_dies_mid_call_is_seen_at_once(client: Client, workspace: Path) -> None:
+    """Calls waiting on a guardian that dies fail at once, not at their deadlines: a command
+    waiting 20 s reports it cannot say whether its input arrived, and a reattach (retried on
+    a new guardian) takes a moment, not its 17 s deadline."""
+    session = await initialize(client, workspace)
+    await bash(client, session, {"type": "command", "command": "sleep 60", "is_background": True})
+    guardian = psutil.Process(session["guardian"]["pid"])
+    args = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+            "action_json": {"type": "command", "command": "sleep 30"}, "wait_for_seconds": 20}
+    async with anyio.create_task_group() as tasks:
+        outcome: dict[str, Any] = {}
+
+        async def waiting() -> None:
+            started = time.monotonic()
+            outcome["error"] = await call_error(client, "BashCommand", args)
+            outcome["took"] = time.monotonic() - started
+
+        tasks.start_soon(waiting)
+        await apoll(lambda: any(p.name() == "sleep" and "30" in p.cmdline()
+                                for p in guardian.children(recursive=True)),
+                    what="sleep 30 to run")
+        guardian.kill()
+    assert outcome["took"] < 5, outcome
+    assert outcome["error"]["code"] == "guardian_unavailable"
+    assert outcome["error"]["data"]["input_sent"] == "unknown"
+    started = time.monotonic()
+    again = await initialize(client, workspace, session["thread_id"])
+    assert time.monotonic() - started < 5
+    assert again["guardian"]["instance_id"] != session["guardian"]["instance_id"]
 
 
 def _request(info: dict[str, Any], method: str, params: dict[str, Any], *,
