@@ -45,6 +45,10 @@ def test_visible_draws_every_control_character() -> None:
     assert visible("a\nb\tc") == "a ⏎ b c"
     assert visible("echo 漢字 ✓ é") == "echo 漢字 ✓ é"  # printable text, however wide, is kept
     assert visible(visible("\x1b[31m")) == visible("\x1b[31m") == "\\x1b[31m"
+    # Bidirectional controls would reorder what follows them: shown, not obeyed.
+    assert visible("ls \u202egnp.exe") == "ls \\u202egnp.exe"
+    bidi = "".join(map(chr, [0x61C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]))
+    assert visible(bidi).isprintable() and "\\u2069" in visible(bidi)
     row = table(["ID", "TITLE", "COMMAND"], [["\x1b[2J", "\x9b1m", "\x1b]2;t\x07"]])
     assert all(line.isprintable() for line in row.splitlines())
     assert row.splitlines()[1].split() == ["\\x1b[2J", "\\x9b1m", "\\x1b]2;t\\x07"]

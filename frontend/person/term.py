@@ -27,13 +27,22 @@ PROGRESS_DELAY_S = 0.3
 
 
 #: What a terminal acts on instead of drawing: C0 controls, DEL and C1 controls (ESC, BEL,
-#: CR, CSI 0x9b, ...). Newline and tab are not here: ``visible`` draws them its own way.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: CR, CSI 0x9b, ...); and the bidirectional marks, embeddings, overrides and isolates, which
+#: reorder the text around them (a path could show its end first). Newline and tab are not
+#: here: ``visible`` draws them its own way.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                       "\u2066-\u2069]")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def visible(text: str) -> str:
     """``text`` safe to print on a person's terminal: every control character drawn as
-    ``\\xNN`` (ESC is ``\\x1b``), a newline as `` ⏎ `` and a tab as a space.
+    ``\\xNN`` (ESC is ``\\x1b``), every bidirectional control as ``\\uNNNN``, a newline as
+    `` ⏎ `` and a tab as a space.
 
     Commands, titles, prompt ids and paths come from agents and the programs they run. Printed
     raw, an escape sequence in one could recolour, retitle, hide or rewrite what a person
@@ -42,7 +51,7 @@ def visible(text: str) -> str:
     has none for C1), the one Python and bash's ``$'...'`` use.
     """
     text = text.replace("\n", " ⏎ ").replace("\t", " ")
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROLS.sub(lambda m: _escaped(m.group()), text)
 
 
 def width(text: str) -> int:
