@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import sys
 import time
 from typing import Any
@@ -147,12 +148,17 @@ def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
                                "starting, or stuck): left as it is; `tether doctor` says more")
             lost: list[dict[str, Any]] = []
             if info is not None and paths.catalog.exists():
-                catalog = Catalog(paths.catalog)
                 try:
-                    lost = reconcile_lost(catalog, paths.journals,
-                                          owner=str(info.get("instance_id")))
-                finally:
-                    catalog.close()
+                    catalog = Catalog(paths.catalog)
+                    try:
+                        lost = reconcile_lost(catalog, paths.journals,
+                                              owner=str(info.get("instance_id")))
+                    finally:
+                        catalog.close()
+                except (sqlite3.Error, OSError) as exc:  # a full disk, a damaged catalog
+                    return False, (f"{paths.info} names no live guardian, but its catalog "
+                                   f"{paths.catalog} cannot be updated ({exc}): left as it is; "
+                                   "`tether doctor` says more")
             paths.info.unlink(missing_ok=True)
     except filelock.Timeout:
         return False, (f"a guardian for {root} is being started (its start lock {paths.start_lock} "

@@ -150,9 +150,9 @@ class GuardianHandle:
             self.liveness = Liveness(self.identity)
         pid = self.identity.pid
         self.liveness.on_exit(asyncio.get_running_loop(), lambda: self.client.fail_pending(
-            TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
-                        f"the guardian (pid {pid}) exited while this call waited for it",
-                        {"input_sent": "unknown"})))
+            lambda: TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
+                                f"the guardian (pid {pid}) exited while this call waited for it",
+                                {"input_sent": "unknown"})))
 
     def close(self) -> None:
         self.client.close()

@@ -586,6 +586,10 @@ def validation_error(exc: ValidationError, what: str, source: Any = None) -> Tet
         elif error["type"] in _CODED and "field" not in data:
             data["field"] = where
             data.update({k: v for k, v in context.items() if k != "message"})
+    for error in errors[6:]:  # not described, but they count for the code as much
+        kind = error["type"]
+        codes.add(ErrorCode.LIMIT_EXCEEDED.value if kind in _TOO_LONG
+                  else kind if kind in _CODED else ErrorCode.INVALID_REQUEST.value)
     more = f" (and {len(errors) - 6} more)" if len(errors) > 6 else ""
     if len(codes) == 1 and (code := codes.pop()) != ErrorCode.INVALID_REQUEST.value:
         return TetherError(ErrorCode(code), "; ".join(parts) + more, data)

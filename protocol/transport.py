@@ -197,17 +197,21 @@ class GuardianClient:
         if future is None or future.done():
             log.warning("dropped a malformed reply from %s: %s", self.endpoint, err.message)
             return
+        # Over a limit stays limit_exceeded (ask for less); anything else is no fault of the
+        # request (invalid_request would say so), so it is internal.
+        code = err.code if err.code == ErrorCode.LIMIT_EXCEEDED else ErrorCode.INTERNAL
         future.set_exception(TetherError(
-            err.code, f"the guardian's reply could not be read: {err.message}",
+            code, f"the guardian's reply could not be read: {err.message}",
             {"input_sent": "unknown"},  # the request itself may have been carried out
         ))
 
-    def fail_pending(self, error: TetherError) -> None:
-        """Fail every call still waiting for a reply with ``error`` (the guardian is gone: no
-        reply can come, and waiting for each deadline would only delay the retry)."""
+    def fail_pending(self, error: Callable[[], TetherError]) -> None:
+        """Fail every call still waiting for a reply with an ``error()`` of its own (the
+        guardian is gone: no reply can come, and waiting for each deadline would only delay
+        the retry)."""
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(error())
 
     def close(self) -> None:
         """Close the socket; pending calls fail with ``guardian_unavailable``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import select
 import sys
 from types import ModuleType
 
@@ -48,7 +49,22 @@ def main(argv: list[str] | None = None) -> int:
             if sys.stdout is not None:
                 sys.stdout.flush()
     except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise  # another pipe broke: that is a failure to show, not a reader that left
         return quiet_broken_pipe()
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll reports an error on
+    it), rather than any other pipe of the process."""
+    if sys.stdout is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no descriptor (replaced by a test), or already closed
+        return False
 
 
 def run(args: list[str]) -> int:
@@ -76,11 +92,12 @@ def quiet_broken_pipe() -> int:
     /dev/null so that the interpreter's final flush does not raise again (and print
     "Exception ignored ... BrokenPipeError" on stderr).
     """
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        os.close(devnull)
+    if sys.stdout is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
     return EXIT_BROKEN_PIPE
 
 

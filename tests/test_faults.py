@@ -95,9 +95,16 @@ async def test_a_guardian_that_dies_mid_call_is_seen_at_once(client: Client, wor
             outcome["took"] = time.monotonic() - started
 
         tasks.start_soon(waiting)
-        await apoll(lambda: any(p.name() == "sleep" and "30" in p.cmdline()
-                                for p in guardian.children(recursive=True)),
-                    what="sleep 30 to run")
+        def sleeping() -> bool:
+            for proc in guardian.children(recursive=True):
+                try:
+                    if proc.name() == "sleep" and "30" in proc.cmdline():
+                        return True
+                except psutil.Error:  # one that ended while we looked
+                    continue
+            return False
+
+        await apoll(sleeping, what="sleep 30 to run")
         guardian.kill()
     assert outcome["took"] < 5, outcome
     assert outcome["error"]["code"] == "guardian_unavailable"

@@ -50,3 +50,11 @@ def test_terminated_sequences_are_output_and_markers_are_found() -> None:
 def test_a_marker_with_another_nonce_is_output() -> None:
     other = b"\x1b]133;D;0;aid=ffffffffffffffff\x07"
     assert _scan(other + END) == [other, Marker("D", 3)]
+
+
+def test_a_long_unfinished_sequence_passes_and_the_marker_after_it_is_found() -> None:
+    long_title = b"\x1b]0;" + b"a" * 9000  # longer than any marker held back
+    stream = long_title + END + PROMPT
+    expected: list[bytes | Marker] = [long_title, Marker("D", 3), Marker("A")]
+    for cut in (len(long_title), len(long_title) + 1, len(long_title) + 5, 100):
+        assert _scan(stream[:cut], stream[cut:]) == expected, cut

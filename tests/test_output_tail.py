@@ -69,3 +69,24 @@ def test_a_string_sequence_across_lines_falls_back_to_characters(tmp_path: Path)
     tail = _tail_of(tmp_path, data)
     assert str(tail["text"]).endswith("row 04999\nend\n")
     _misses_nothing(data, tail)
+
+
+@pytest.mark.parametrize("line", [
+    b"".join(b"\rfile%03d %d%%" % (0, p) for p in range(101)) + b"\r\n",  # a progress bar
+    b"\x1b[38;5;196mE\x1b[0m\r\n",  # colours around one character
+], ids=["progress", "colours"])
+def test_a_window_that_renders_short_starts_at_a_whole_line(tmp_path: Path, line: bytes) -> None:
+    data = line * (3 * RESULT_TAIL_BYTES // len(line))
+    tail = _tail_of(tmp_path, data)
+    start = tail["start"]
+    assert isinstance(start, int) and tail["truncated"]
+    assert data[start - 2 : start] == b"\r\n"  # a whole line, not the window's cut one
+    assert tail["text"] == render_output(data[start:])
+    assert len(data) - start > RESULT_TAIL_BYTES // 2  # most of the window, not its end
+
+
+def test_a_short_window_of_one_line_is_shown_whole(tmp_path: Path) -> None:
+    data = b"\r".join(b"%06d" % i for i in range(20_000))  # one line, no newline at all
+    tail = _tail_of(tmp_path, data)
+    assert tail["start"] == len(data) - RESULT_TAIL_BYTES
+    assert tail["text"] == render_output(data[-RESULT_TAIL_BYTES:])

@@ -94,7 +94,8 @@ async def test_stopped_guardian_is_unresponsive_not_a_failed_start(
                 # The wait it states is one it waited (a stopped guardian is given up on
                 # before the handshake's deadline).
                 stated = re.search(r"did not answer within ([\d.]+)s", refused["message"])
-                assert stated is not None and 0 < float(stated.group(1)) <= elapsed, (
+                # (stated to a tenth of a second: it may round up by 0.05 s)
+                assert stated is not None and 0 < float(stated.group(1)) <= elapsed + 0.05, (
                     refused["message"], elapsed)
             status = tether("guardians", "status", "--workspace", str(workspace))
             shown = json.loads(status.stdout)

@@ -166,9 +166,12 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
     """
     missing: list[str] = []
     unasked: list[TetherError] = []
+    silent = (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.GUARDIAN_UNRESPONSIVE)
     for entry in found:
         if entry.handle is None:
-            if entry.alive and entry.error is not None:
+            # Only a guardian that did not answer may be hiding it (one that answered with,
+            # say, protocol_mismatch was asked, and cannot be looked into anyway).
+            if entry.alive and entry.error is not None and entry.error.code in silent:
                 unasked.append(entry.error)
             continue
         if Capability.PERSON_VIEW not in entry.handle.capabilities:
@@ -177,7 +180,7 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
         try:
             return entry, await entry.call("exec.describe", {"execution_id": execution_id})
         except TetherError as err:
-            if err.code in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.GUARDIAN_UNRESPONSIVE):
+            if err.code in silent:
                 unasked.append(err)  # silent meanwhile: another guardian may still hold it
             elif err.code != ErrorCode.NOT_FOUND:
                 raise

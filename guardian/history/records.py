@@ -55,10 +55,10 @@ def output_tail(journal: Journal) -> dict[str, Any]:
 
     A cut tail starts where ``start`` says, so paging Execution.read up to ``start`` and
     reading the tail sees every byte (a cut tail said where its window began, and the bytes
-    between there and the text kept were in neither). It starts at a line's first byte
-    whenever whole lines fill at least half of it; otherwise (a few very long lines) it is
-    the last :data:`RESULT_TAIL_CHARS` characters, and ``start`` may fall a little after
-    their first byte, so a few bytes are read twice but none is missed.
+    between there and the text kept were in neither). It starts at a line's first byte,
+    except for a few very long lines: then it is the last :data:`RESULT_TAIL_CHARS`
+    characters, and ``start`` may fall a little after their first byte, so a few bytes are
+    read twice but none is missed (see :func:`_tail`).
     """
     end = journal.end
     start = max(journal.start, end - RESULT_TAIL_BYTES)
@@ -83,10 +83,13 @@ def _tail(raw: bytes, text: str, limit: int, *, first_line_whole: bool) -> tuple
     come before it.
 
     Rendering keeps each line of ``raw`` as one line of ``text``, so dropping whole lines maps
-    to dropping raw lines exactly. Where it cannot be mapped (a string sequence spanned lines)
-    or would leave the tail short, the last ``limit`` characters are kept, and the bytes
-    before them are counted as the raw bytes minus the most the text can stand for (rendering
-    only drops and overwrites bytes), which puts the offset at or just after the true one.
+    to dropping raw lines exactly: whole lines are shown when they fill at least half of
+    ``limit``, or when the rest of the window fits (a window that renders short: progress
+    bars redrawn with CR, colours). Where lines cannot be mapped (a string sequence spanned
+    lines) or are too long, the last ``limit`` characters are kept, and the bytes before them
+    are counted as the raw bytes minus the most the text can stand for: rendering only drops
+    and overwrites bytes, so the offset is at or just after the true one (unless a cursor move
+    padded a line with spaces, which can put it up to a few hundred bytes before).
     """
     newlines = text.count("\n")
     if newlines == raw.count(b"\n"):
@@ -94,9 +97,11 @@ def _tail(raw: bytes, text: str, limit: int, *, first_line_whole: bool) -> tuple
         # that may be part of one).
         at = max(text.find("\n", max(0, len(text) - limit - 1)),
                  -1 if first_line_whole else text.find("\n")) + 1
-        if at > 0 and len(text) - at >= limit // 2:
+        if at > 0 and (len(text) - at >= limit // 2 or len(text) <= limit):
             dropped = raw.rsplit(b"\n", newlines - text.count("\n", 0, at) + 1)[0]
             return len(dropped) + 1, text[at:]
+    if len(text) <= limit:
+        return 0, text  # the whole window (one line, or lines that cannot be mapped)
     tail = text[-limit:]
     # A replacement character stands for as little as one undecodable byte.
     stands_for = len(tail.encode()) - 2 * tail.count("\ufffd")

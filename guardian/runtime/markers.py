@@ -90,11 +90,7 @@ class MarkerScanner:
         while True:
             start = data.find(_OSC, pos)
             if start < 0:
-                # A read may end between a marker's ESC and its "]": hold that ESC back.
-                stop = len(data) - 1 if data.endswith(b"\x1b") else len(data)
-                if pos < stop:
-                    yield data[pos:stop] if pos or stop < len(data) else data
-                self._carry = data[stop:]
+                yield from self._rest(data, pos)
                 return
             end, term_len = _find_terminator(data, start + 2)
             if term_len == 0 and end >= 0:
@@ -111,7 +107,7 @@ class MarkerScanner:
                     self._carry = data[start:]
                     return
                 # Unterminated and huge: not one of ours; pass it through.
-                yield data[pos:]
+                yield from self._rest(data, pos)
                 return
             marker = self._parse(data[start + 2 : end])
             if marker is None:
@@ -122,6 +118,14 @@ class MarkerScanner:
                     yield data[pos:start]
                 yield marker
             pos = end + term_len
+
+    def _rest(self, data: bytes, pos: int) -> Iterator[bytes]:
+        """``data[pos:]`` as output, but for an ESC that ends it: a read may end between a
+        marker's ESC and its "]", so that ESC waits for the next read."""
+        stop = len(data) - 1 if data.endswith(b"\x1b") else len(data)
+        if pos < stop:
+            yield data[pos:stop] if pos or stop < len(data) else data
+        self._carry = data[stop:]
 
     def _parse(self, body: bytes) -> Marker | None:
         if not body.startswith(b"133;"):
