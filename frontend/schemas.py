@@ -45,6 +45,7 @@ from tether.protocol.methods import (
     Command,
     Cursor,
     InputText,
+    ItemCursor,
     LabelValue,
     PromptText,
     check_cursor,
@@ -185,7 +186,7 @@ class ObserveItemArgs(ToolArgs):
     source: Literal["output", "screen", "detection"] = "output"
     # The guardian checks the page range per item (one bad item does not sink the request).
     page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
-    cursor: Cursor | None = None
+    cursor: ItemCursor | None = None
 
 
 class ListAction(ToolArgs):

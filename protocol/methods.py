@@ -156,6 +156,9 @@ PromptText = Annotated[CleanText, AfterValidator(utf8_limit(
 LabelValue = Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)]
 #: A cursor as a client may send it (see :func:`check_cursor`).
 Cursor = Annotated[str, AfterValidator(check_cursor), Field(max_length=MAX_CURSOR)]
+#: An observe item's cursor: a bad one is that item's invalid_cursor, as a forged one is
+#: (one bad item does not sink the request, SPEC §6); over the size limit it is a bad budget.
+ItemCursor = Annotated[str, Field(max_length=MAX_CURSOR)]
 #: A launch's program and arguments: at most MAX_ARGV of them, MAX_ARGV_BYTES in all.
 Argv = Annotated[list[CleanText], Field(max_length=MAX_ARGV), AfterValidator(check_argv_size)]
 
@@ -250,7 +253,7 @@ class ObserveItem(Params):
     source: Literal["output", "screen", "detection"] = "output"
     # Range checked by exec.observe itself, so one bad item does not sink the request.
     page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
-    cursor: Cursor | None = None
+    cursor: ItemCursor | None = None
 
 
 class ExecObserveParams(Scoped):

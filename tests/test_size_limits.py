@@ -304,9 +304,18 @@ async def test_empty_and_over_long_cursors_are_invalid_cursors(
         refused = await execution(client, session, {**read, "cursor": cursor}, expect_error=True)
         assert refused["code"] == "invalid_cursor", refused
         assert refused["data"]["input_sent"] is False and len(refused["message"]) < 300
-        observed = await execution(client, session, {"type": "observe", "items": [
-            {"execution_id": eid, "cursor": cursor}]}, expect_error=True)
-        assert observed["code"] == "invalid_cursor", observed
+        # In observe, a bad cursor is its item's error (good siblings are still read); one
+        # over the size limit is a bad budget, which refuses the request.
+        items = [{"execution_id": eid, "cursor": cursor}, {"execution_id": eid, "source": "screen"}]
+        if cursor:
+            over = await execution(client, session, {"type": "observe", "items": items},
+                                   expect_error=True)
+            assert over["code"] == "limit_exceeded", over
+        else:
+            observed = (await execution(client, session, {"type": "observe", "items": items}))
+            first, second = observed["data"]["items"]
+            assert [e["code"] for e in first["errors"]] == ["invalid_cursor"], observed
+            assert second["status"] == "ok" and not second["errors"]
         waited = await execution(client, session, {"type": "wait", "execution_ids": [eid],
                                                    "after": cursor}, expect_error=True)
         assert waited["code"] == "invalid_cursor", waited
