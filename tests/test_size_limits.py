@@ -234,6 +234,32 @@ async def test_a_refused_long_line_answers_the_same_to_a_repeat(
         assert status.output.text.split()[-1] == "3"  # "ok" and its line end, nothing else
 
 
+async def test_a_prompt_with_a_line_too_long_for_a_line_reader_is_refused(
+    client: Client, workspace: Path
+) -> None:
+    """Agent.prompt checks lines as send_text does, before its receipt and any byte."""
+    session = await initialize(client, workspace)
+    # A REPL that reads whole lines (no readline: the terminal stays in cooked mode).
+    repl = ("python3 -c 'import sys\nwhile True:\n sys.stdout.write(\"$ \"); sys.stdout.flush()"
+            "\n print(len(sys.stdin.readline()))'")
+    started = await bash(client, session, {"type": "command", "command": repl,
+                                           "is_background": True})
+    eid = started["execution_id"]
+    turn = await bash(client, session, {"type": "wait_for_turn", "execution_id": eid,
+                                        "recognizer": "shell"})
+    assert turn["outcome"] == "turn_ready"
+    prompt = {"action": "prompt", "target": eid, "recognizer": "shell", "timeout_seconds": 2}
+    refused = await agent(client, session, {**prompt, "prompt_id": "long", "text": "a" * 5000},
+                          error=True)
+    assert refused["code"] == "limit_exceeded", refused
+    assert refused["data"]["input_sent"] is False and refused["data"]["terminal_mode"] == "cooked"
+    fits = await agent(client, session, {**prompt, "prompt_id": "fits", "text": "a" * 4000})
+    assert fits["data"]["receipt"]["delivered"] is True
+    await _output_shows(client, session, "4001", execution_id=eid)  # the whole line arrived
+    status = await bash(client, session, {"type": "status_check", "execution_id": eid})
+    assert "5001" not in status["output"]  # the refused one never reached it
+
+
 async def _line_reader(handle: GuardianHandle, scope: dict[str, Any]) -> str:
     """A background ``wc -c`` whose terminal is in line mode; its execution id."""
     start = {**scope, "command": LINE_READER, "background": True, "idempotency_key": "wc"}

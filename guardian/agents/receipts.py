@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.recognize import ScreenView, UnknownRecognizerError, recognize
 from tether.guardian.agents.turns import READY_STATES, recognize_record, refresh
+from tether.guardian.runtime.inputs import refuse_long_line
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PROMPT_BYTES
@@ -119,6 +120,8 @@ class PromptDesk:
                     "nothing was typed. Wait for its turn (wait_for_turn) and try again.",
                     {"input_sent": False, "state": decision.state, "recognition": decision.to_dict()},
                 )
+            # A program reading whole lines would lose the tail of a longer one, silently.
+            refuse_long_line(params.text, live.runtime.input_mode())
             receipt: dict[str, Any] = {
                 "prompt_id": params.prompt_id,
                 "execution_id": params.execution_id,

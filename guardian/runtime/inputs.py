@@ -69,10 +69,14 @@ _LINE_MODES = frozenset({"cooked", "cooked_no_echo"})
 _LINE_END = re.compile("[\r\n]")
 
 
-def _refuse_long_line(text: str, mode: str) -> None:
-    """``limit_exceeded`` (nothing typed) when a line of ``text`` is longer than the terminal's
-    line buffer holds (MAX_CANONICAL_LINE_BYTES): the kernel would drop the rest of that line
-    silently. Every line counts, the last one too (Enter may come with this text or later)."""
+def refuse_long_line(text: str, mode: str | None) -> None:
+    """``limit_exceeded`` (nothing typed) when the program reads whole lines (``mode``, from
+    ``PtyRuntime.input_mode``) and a line of ``text`` is longer than the terminal's line buffer
+    holds (MAX_CANONICAL_LINE_BYTES): the kernel would drop the rest of that line silently.
+    Every line counts, the last one too (Enter may come with this text or later). Used by
+    ``send_text`` and by prompts (agents/receipts)."""
+    if mode not in _LINE_MODES or len(text) * 4 <= MAX_CANONICAL_LINE_BYTES:
+        return  # raw mode, or too short to hold such a line (4 bytes a character at most)
     for number, line in enumerate(_LINE_END.split(text), start=1):
         size = len(line.encode())
         if size > MAX_CANONICAL_LINE_BYTES:
@@ -130,8 +134,8 @@ class InputDesk:
             raise stale_generation(params.generation, generation)
         before = (await live.screen.snapshot_async()).text  # a backlog is drawn off the loop
         mode = live.runtime.input_mode()
-        if params.text is not None and len(data) > MAX_CANONICAL_LINE_BYTES and mode in _LINE_MODES:
-            _refuse_long_line(params.text, mode)  # before any byte is typed
+        if params.text is not None:
+            refuse_long_line(params.text, mode)  # before any byte is typed
         await deliver(live, data, write_timeout_s)
         return {"execution_id": live.execution_id, "input_sent": True, "bytes": len(data),
                 "terminal_mode": mode, "reads_keys": mode == "raw" if mode else None,
