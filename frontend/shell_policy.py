@@ -14,9 +14,15 @@ Rules (the ``rule`` of each violation, stable names):
 - ``unparsable``: the parser could not read the line (for example ``[[ ]]``, ``case``,
   ``$(( ))``, ``time``).
 - ``unchecked_substitution``: a command substitution the parser does not expose.
+- ``evaluated_expansion``: an expansion that makes bash evaluate a value as code or
+  arithmetic (``${x@P}`` runs the substitutions in ``x``; an offset ``${x:n}``, a subscript
+  ``${a[i]}`` or an indirection ``${!x}`` evaluates ``n``, ``i`` or what ``x`` names, array
+  subscripts included): a value set earlier (by a loop, or before the mode changed) could
+  carry a command the parser never sees. Integer literals are fine.
 - ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
-- ``no_assignments``: ``VAR=value`` (alone or before a command): it can change what later
-  commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``).
+- ``no_assignments``: ``VAR=value`` (alone or before a command), or a loop over a variable
+  that is not a plain lowercase name (``for PROMPT_COMMAND in ...``): it can change what later
+  commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``, ``PATH``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
 - ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs.
 - ``read_only_commands`` / ``read_only_options`` (architect): the command, or an option of it,
@@ -49,6 +55,9 @@ READ_ONLY_COMMANDS = frozenset({
 #: Options (prefixes) that make a read-only command write or execute.
 READ_ONLY_REFUSED_OPTIONS: dict[str, tuple[str, ...]] = {
     "find": ("-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fls"),
+    # ``-v name[subscript]`` evaluates the subscript, which can run a command.
+    "test": ("-v",),
+    "[": ("-v",),
     "git": ("-c", "--config-env", "--exec-path", "--output", "--ext-diff", "-O",
             "--open-files-in-pager", "--upload-pack", "--receive-pack"),
 }
@@ -64,6 +73,37 @@ _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 #: Commands that can move the shell's cwd (directly, or by running shell code).
 _CWD_CHANGERS = frozenset({"cd", "pushd", "popd", "eval", "source", ".", "builtin", "command"})
 _SUBSTITUTION = re.compile(r"\$\(|`|<\(|>\(")
+#: Inside ``${...}``: a parameter (name, positional or special), an optional subscript, and
+#: the operator part after them.
+_PARAMETER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[-*@#?$!])(\[[^\]]*\])?(.*)", re.S)
+_LITERAL_SUBSCRIPT = re.compile(r"\[(?:\s*-?\d+\s*|@|\*)\]")
+_LITERAL_SUBSTRING = re.compile(r":\s*-?\d+\s*(?::\s*-?\d+\s*)?")
+#: A loop variable a restricted mode lets a ``for`` set: lowercase, so never one of the
+#: variables bash or programs act on (those are uppercase, but for these two).
+_LOOP_VARIABLE = re.compile(r"[a-z_][a-z0-9_]*")
+_SPECIAL_LOWERCASE = frozenset({"histchars", "auto_resume"})
+
+
+def evaluates(expansion: str) -> str | None:
+    """Why the parameter expansion ``${expansion}`` makes bash evaluate a value as code or
+    arithmetic (None: it only substitutes text)."""
+    if expansion.startswith("!"):
+        return "an indirection `${!x}` expands the name in x, array subscripts included"
+    body = expansion[1:] if expansion.startswith("#") and len(expansion) > 1 else expansion
+    parts = _PARAMETER.fullmatch(body)
+    if parts is None:
+        return "an expansion the check cannot read"
+    subscript, rest = parts.group(2), parts.group(3)
+    if subscript is not None and not _LITERAL_SUBSCRIPT.fullmatch(subscript):
+        return "an array subscript is arithmetic, which bash evaluates (values included)"
+    if rest.startswith("@"):
+        return "a transformation `${x@...}` (`@P` runs the commands in the value)"
+    if rest.startswith(":") and rest[1:2] not in ("-", "=", "+", "?") \
+            and not _LITERAL_SUBSTRING.fullmatch(rest):
+        return "a substring offset or length is arithmetic, which bash evaluates"
+    if "${" in rest:
+        return "an expansion nested in an operator cannot be checked"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +207,14 @@ class _Checker:
         elif kind == "redirect":
             self.redirect(node)
         elif kind == "parameter":
-            if _SUBSTITUTION.search(getattr(node, "value", "") or ""):
+            value = getattr(node, "value", "") or ""
+            if _SUBSTITUTION.search(value):
                 self.refuse(node, "unchecked_substitution",
                             "a command inside a parameter expansion cannot be checked")
+            elif self.allowed is not None and (why := evaluates(value)) is not None:
+                self.refuse(node, "evaluated_expansion", why)
+        elif kind == "for":
+            self.loop_variable(node)
         elif kind in ("commandsubstitution", "processsubstitution"):
             self.visit(node.command)
         for attr in ("parts", "list", "redirects"):
@@ -177,6 +222,18 @@ class _Checker:
                 continue  # command() walked them
             for child in getattr(node, attr, None) or []:
                 self.visit(child)
+
+    def loop_variable(self, node: Any) -> None:
+        """A ``for`` sets its variable as an assignment would: only a plain lowercase name
+        (an uppercase one could be PROMPT_COMMAND, PATH, IFS, BASH_ENV, ...)."""
+        words = [p for p in node.parts if p.kind == "word"]
+        if not words or self.allowed is None:  # any command may run: so may any assignment
+            return
+        name = words[0].word
+        if not _LOOP_VARIABLE.fullmatch(name) or name in _SPECIAL_LOWERCASE:
+            self.refuse(node, "no_assignments",
+                        f"a loop over `{name}` sets it, and it can change what later commands "
+                        "run; name the loop variable in lowercase")
 
     def command(self, node: Any) -> None:
         words = [p for p in node.parts if p.kind == "word"]

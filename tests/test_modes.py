@@ -97,6 +97,26 @@ async def test_architect_writes_nothing(client: Client, workspace: Path) -> None
     assert (workspace / "x").exists()
 
 
+async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
+    client: Client, workspace: Path,
+) -> None:
+    """The reviewer's bypasses: a loop sets a variable to a command in quotes, then bash
+    evaluates it (prompt expansion, an arithmetic offset). Refused; nothing runs."""
+    session = await initialize(client, workspace)
+    # A value set while the thread was unrestricted is as dangerous as one set by a loop.
+    await run(client, session, f"planted='$(touch {workspace}/planted)'")
+    await change_mode(client, session, "architect")
+    for command in (f"for x in '$(touch {workspace}/p1)'; do echo ${{x@P}}; done",
+                    f"for x in 'a[$(touch {workspace}/p2)]'; do echo ${{HOME:x}}; done",
+                    'echo "${planted@P}"',
+                    "for PROMPT_COMMAND in 'touch p3'; do echo; done"):
+        err = await refused(client, session, {"type": "command", "command": command})
+        assert err["code"] == "mode_denied", (command, err)
+    assert not [p for p in workspace.iterdir() if p.name in ("p1", "p2", "p3", "planted")]
+    fine = await run(client, session, "for f in a b; do echo ${f}-${HOME:0:1}; done")
+    assert fine["output"].split() == ["a-/", "b-/"]
+
+
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:
     (workspace / "x").write_text("data\n")
     async with Client(build_server(tether_env)) as first:

@@ -123,3 +123,36 @@ def test_the_error_names_mode_segment_and_rule_and_says_nothing_was_typed() -> N
     assert err.data["violations"] == [{"segment": "rm x", "rule": "allowed_commands",
                                        "detail": "`rm` is not in allowed_commands [cat, git, ls]"}]
     assert err.data["input_sent"] is False
+
+
+@pytest.mark.parametrize("mode", [ARCHITECT, CODE_WRITER], ids=["architect", "code_writer"])
+@pytest.mark.parametrize(("command", "rule"), [
+    # The reviewer's bypasses: a loop sets x, then an expansion evaluates it as code.
+    ("for x in '$(touch p)'; do ls ${x@P}; done", "evaluated_expansion"),
+    ("for x in 'a[$(touch p)]'; do ls ${HOME:x}; done", "evaluated_expansion"),
+    ('ls "${x@P}"', "evaluated_expansion"),  # x set before the mode changed, say
+    ("ls ${HOME:x:1}", "evaluated_expansion"),
+    ("ls ${a[i]}", "evaluated_expansion"),
+    ("ls ${!x}", "evaluated_expansion"),
+    ("ls ${x:-${y@P}}", "evaluated_expansion"),
+    ("for PROMPT_COMMAND in x; do ls; done", "no_assignments"),
+    ("for PATH in /tmp; do ls; done", "no_assignments"),
+])
+def test_expansions_that_evaluate_values_are_refused(mode: ModeSpec, command: str,
+                                                      rule: str) -> None:
+    assert rule in [r for _, r in refusals(mode, command)], refusals(mode, command)
+
+
+@pytest.mark.parametrize("mode", [ARCHITECT, CODE_WRITER], ids=["architect", "code_writer"])
+@pytest.mark.parametrize("command", [
+    "ls ${HOME:1:2} ${HOME: -1} ${a[1]} ${a[@]} ${#x} ${#} ${x:-d} ${x/a/b} $1 ${10} ${#a[@]}",
+    "for f in a b; do ls $f; done",
+])
+def test_expansions_that_only_substitute_pass(mode: ModeSpec, command: str) -> None:
+    assert refusals(mode, command) == []
+
+
+def test_architect_refuses_test_v_which_evaluates_a_subscript() -> None:
+    assert ("test -v 'a[$(touch p)]'", "read_only_options") in refusals(
+        ARCHITECT, "test -v 'a[$(touch p)]'")
+    assert refusals(ARCHITECT, "[ -v x ]")  # (`[` as a name is refused before that)
