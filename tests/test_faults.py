@@ -68,6 +68,11 @@ async def test_guardian_killed_is_reported_unknown(client: Client, workspace: Pa
                                                 "execution_id": sleeper["execution_id"]}))
     lost = record["data"]["execution"]
     assert (lost["status"], lost["reason"], lost["exit_code"]) == ("unknown", "guardian_lost", None)
+    # Its final screen was never drawn: that is said, not shown as an empty screen.
+    no_screen = await execution(client, session, {
+        "type": "read", "execution_id": sleeper["execution_id"], "source": "screen"},
+        expect_error=True)
+    assert no_screen["code"] == "not_found" and "source=output" in no_screen["message"]
     again = await initialize(client, workspace, session["thread_id"])
     assert again["guardian"]["instance_id"] != session["guardian"]["instance_id"]
     assert again["generation"] == session["generation"] + 1

@@ -98,7 +98,8 @@ class PromptDesk:
                 ErrorCode.NOT_RUNNING,
                 f"execution {params.execution_id} is {record['status']}"
                 + (f" ({record['reason']})" if record.get("reason") else "")
-                + "; its runtime is gone and nothing was typed",
+                + "; its runtime is gone and nothing was typed"
+                + ("; Agent resume starts it again" if record.get("kind") == "agent" else ""),
                 {"input_sent": False, "status": record["status"]},
             )
         # One input lock per terminal, from the readiness check through the typing to Enter:
@@ -108,7 +109,9 @@ class PromptDesk:
                 raise TetherError(
                     ErrorCode.RECEIPT_LIMIT,
                     f"this runtime (generation {live.generation}) already has "
-                    f"{MAX_RECEIPTS_PER_GENERATION} prompt receipts; nothing was typed",
+                    f"{MAX_RECEIPTS_PER_GENERATION} prompt receipts; nothing was typed. A new "
+                    "generation starts with none: Agent close, then resume (or launch a new "
+                    "one)",
                     {"input_sent": False, "limit": MAX_RECEIPTS_PER_GENERATION},
                 )
             await refresh(live)
@@ -117,7 +120,8 @@ class PromptDesk:
                 raise TetherError(
                     ErrorCode.INPUT_NOT_READY,
                     f"the program is not waiting for input (recognized {decision.state}); "
-                    "nothing was typed. Wait for its turn (wait_for_turn) and try again.",
+                    "nothing was typed. Wait for its turn (Agent wait, or BashCommand "
+                    "wait_for_turn) and try again.",
                     {"input_sent": False, "state": decision.state, "recognition": decision.to_dict()},
                 )
             # A program reading whole lines would lose the tail of a longer one, silently.

@@ -143,6 +143,17 @@ class History:
         if source == "screen":
             if live is not None:
                 return live.screen.snapshot_now().text
+            if record.get("screen_text") is None and record.get("status") != "running":
+                # Its guardian was lost before it drew the final screen: say so, rather than
+                # answer an empty screen that was never empty.
+                raise TetherError(
+                    ErrorCode.NOT_FOUND,
+                    f"no screen was kept for execution {record['execution_id']}: it ended "
+                    f"{record.get('status')} ({record.get('reason') or 'no reason recorded'}) "
+                    "before its final screen was drawn. Its output is kept: read it with "
+                    "source=output.",
+                    {"execution_id": record["execution_id"], "status": record.get("status")},
+                )
             return str(record.get("screen_text") or "")
         return self.inspector.detection_for(record, live)
 
