@@ -73,6 +73,16 @@ _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 #: Commands that can move the shell's cwd (directly, or by running shell code).
 _CWD_CHANGERS = frozenset({"cd", "pushd", "popd", "eval", "source", ".", "builtin", "command"})
 _SUBSTITUTION = re.compile(r"\$\(|`|<\(|>\(")
+#: Characters that make bash turn one word into others (globs and braces; a tilde only
+#: becomes a directory, never an option, and `HEAD~1` is no expansion at all).
+_GLOBBING = re.compile(r"[*?\[\]{}]")
+#: A quoted stretch of a word (its characters are taken literally).
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _unquoted(text: str) -> str:
+    """``text`` without its quoted stretches: what the shell may still expand."""
+    return _QUOTED.sub("", text)
 #: Inside ``${...}``: a parameter (name, positional or special), an optional subscript, and
 #: the operator part after them.
 _PARAMETER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[-*@#?$!])(\[[^\]]*\])?(.*)", re.S)
@@ -265,9 +275,20 @@ class _Checker:
                             f"`{name.word}` is not in allowed_commands [{listed}]")
             return
         if self.mode.name == "architect":
-            self.read_only_arguments(node, name.word, [w.word for w in words[1:]])
+            self.read_only_arguments(node, name.word, words[1:])
 
-    def read_only_arguments(self, node: Any, name: str, args: list[str]) -> None:
+    def read_only_arguments(self, node: Any, name: str, words: list[Any]) -> None:
+        if name in READ_ONLY_REFUSED_OPTIONS or name == "git":
+            # Options are checked as typed: an argument the shell turns into others ($x,
+            # *, {a,b}) could become one of the refused ones (`for x in -delete; do find . $x`).
+            for word in words:
+                if word.parts or _GLOBBING.search(_unquoted(self.text(word))):
+                    self.refuse(node, "read_only_options",
+                                f"`{name}` takes only literal arguments in architect mode, and "
+                                f"`{self.text(word)}` is expanded by the shell; quote it or "
+                                "spell it out")
+                    return
+        args = [word.word for word in words]
         if name == "git" and (not args or args[0] not in READ_ONLY_GIT):
             sub = args[0] if args else "(none)"
             self.refuse(node, "read_only_options",

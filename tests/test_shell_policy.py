@@ -156,3 +156,21 @@ def test_architect_refuses_test_v_which_evaluates_a_subscript() -> None:
     assert ("test -v 'a[$(touch p)]'", "read_only_options") in refusals(
         ARCHITECT, "test -v 'a[$(touch p)]'")
     assert refusals(ARCHITECT, "[ -v x ]")  # (`[` as a name is refused before that)
+
+
+@pytest.mark.parametrize("command", [
+    "for x in -delete; do find . $x; done",  # $x becomes the refused -delete
+    "find . -{delete,name}",  # so does a brace expansion
+    "find . -name *.py",  # a glob could match a file named -delete
+    "git log $opt",  # --output=FILE writes
+    'git log "$range"',
+])
+def test_architect_takes_only_literal_arguments_for_find_and_git(command: str) -> None:
+    assert [rule for _, rule in refusals(ARCHITECT, command)] == ["read_only_options"]
+
+
+@pytest.mark.parametrize("command", [
+    "find . -name '*.py'", 'find . -name "*.py" -type f', "git log -1", "ls $x *", "cat ${f}",
+])
+def test_architect_lets_literal_find_and_git_and_expanding_reads_through(command: str) -> None:
+    assert refusals(ARCHITECT, command) == []
