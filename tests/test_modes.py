@@ -113,6 +113,11 @@ async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
         err = await refused(client, session, {"type": "command", "command": command})
         assert err["code"] == "mode_denied", (command, err)
     assert not [p for p in workspace.iterdir() if p.name in ("p1", "p2", "p3", "planted")]
+    # An option made by an expansion: find -delete, which architect refuses when typed.
+    (workspace / "victim").write_text("kept\n")
+    err = await refused(client, session, {
+        "type": "command", "command": "for x in -delete; do find . -name victim $x; done"})
+    assert err["code"] == "mode_denied" and (workspace / "victim").exists()
     fine = await run(client, session, "for f in a b; do echo ${f}-${HOME:0:1}; done")
     assert fine["output"].split() == ["a-/", "b-/"]
 
