@@ -23,6 +23,8 @@ Rules (the ``rule`` of each violation, stable names):
 - ``no_assignments``: ``VAR=value`` (alone or before a command), or a loop over a variable
   that is not a plain lowercase name (``for PROMPT_COMMAND in ...``): it can change what later
   commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``, ``PATH``).
+- ``no_functions``: a function definition: it can change what a command name runs later
+  (``ls() { ...; }``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
 - ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs.
 - ``read_only_commands`` / ``read_only_options`` (architect): the command, or an option of it,
@@ -40,8 +42,10 @@ from typing import Any
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 
-#: Targets a redirection may always write: they store nothing.
-HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+#: Targets a redirection may always write: they store nothing. (Not /dev/stdout or
+#: /dev/stderr: opening one reopens whatever fd 1 or 2 is, and `1<file >/dev/stdout`
+#: truncates and writes ``file``.)
+HARMLESS_TARGETS = frozenset({"/dev/null"})
 
 #: ``architect``: commands that read and print, and cannot write files or run other commands
 #: (with the options refused below). Pagers, ``env``, ``xargs``, ``sed``, ``awk``, ``sort``,
@@ -225,6 +229,10 @@ class _Checker:
                 self.refuse(node, "evaluated_expansion", why)
         elif kind == "for":
             self.loop_variable(node)
+        elif kind == "function" and self.allowed is not None:
+            name = next((p.word for p in node.parts if p.kind == "word"), "?")
+            self.refuse(node, "no_functions",
+                        f"a function `{name}` can change what a command name runs later")
         elif kind in ("commandsubstitution", "processsubstitution"):
             self.visit(node.command)
         for attr in ("parts", "list", "redirects"):
@@ -308,6 +316,13 @@ class _Checker:
         if heredoc is not None and _SUBSTITUTION.search(heredoc.value or ""):
             self.refuse(node, "unchecked_substitution",
                         "a here-document that runs commands cannot be checked")
+        elif heredoc is not None and self.allowed is not None and re.search(
+                r"[$`]", heredoc.value or ""):
+            # Bash expands an unquoted here-document's body, and nothing in it is parsed
+            # here: every rule on expansions (${x@P}, subscripts, offsets) would be skipped.
+            self.refuse(node, "evaluated_expansion",
+                        "a here-document whose body expands `$` cannot be checked; write the "
+                        "text without `$` or backticks")
         target = node.output
         if not hasattr(target, "kind"):
             return  # fd duplication or closing: 2>&1, 1>&-

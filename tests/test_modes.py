@@ -118,6 +118,13 @@ async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
     err = await refused(client, session, {
         "type": "command", "command": "for x in -delete; do find . -name victim $x; done"})
     assert err["code"] == "mode_denied" and (workspace / "victim").exists()
+    # /dev/stdout reopened onto a file read from; a here-document bash expands.
+    for command in ("echo overwritten 1<victim >/dev/stdout",
+                    f"for x in '$(touch {workspace}/p4)'; do cat <<E; done\n${{x@P}}\nE",
+                    "ls() { cat victim; }"):
+        err = await refused(client, session, {"type": "command", "command": command})
+        assert err["code"] == "mode_denied", (command, err)
+    assert (workspace / "victim").read_text() == "kept\n" and not (workspace / "p4").exists()
     fine = await run(client, session, "for f in a b; do echo ${f}-${HOME:0:1}; done")
     assert fine["output"].split() == ["a-/", "b-/"]
 

@@ -174,3 +174,27 @@ def test_architect_takes_only_literal_arguments_for_find_and_git(command: str) -
 ])
 def test_architect_lets_literal_find_and_git_and_expanding_reads_through(command: str) -> None:
     assert refusals(ARCHITECT, command) == []
+
+
+@pytest.mark.parametrize("mode", [ARCHITECT, CODE_WRITER], ids=["architect", "code_writer"])
+@pytest.mark.parametrize(("command", "rule"), [
+    # A here-document's body is expanded by bash and parsed by nobody here.
+    ("for x in '$(touch p)'; do cat <<E; done\n${x@P}\nE", "evaluated_expansion"),
+    ("cat <<E\n${a[x]}\nE", "evaluated_expansion"),
+    # /dev/stdout reopens whatever fd 1 is: here a file opened for reading.
+    ("ls 1<a.txt >/dev/stdout", None),
+    ("{ ls >/dev/stdout; } 3<a.txt 1<&3", None),
+    ("ls >/dev/stderr", None),
+    # A function changes what an allowed name runs from then on.
+    ("ls() { cat a.txt; }", "no_functions"),
+])
+def test_heredocs_reopened_outputs_and_functions_are_refused(
+        mode: ModeSpec, command: str, rule: str | None) -> None:
+    rules = [r for _, r in refusals(mode, command)]
+    assert rules and (rule is None or rule in rules), rules
+
+
+def test_plain_heredocs_and_dev_null_still_pass() -> None:
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert refusals(mode, "cat <<E\nplain text\nE") == []
+        assert refusals(mode, "ls 2>/dev/null") == []
