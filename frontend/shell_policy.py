@@ -313,6 +313,14 @@ class _Checker:
 
     def redirect(self, node: Any) -> None:
         heredoc = getattr(node, "heredoc", None)
+        if heredoc is not None and self.allowed is not None and re.search(
+                r"['\"\\$]", self.text(node.output) if hasattr(node.output, "pos") else "'"):
+            # bashlex keeps a quoted or escaped delimiter's quotes, bash removes them: bash
+            # ends the document sooner and runs the lines bashlex took for its text.
+            self.refuse(node, "unparsable",
+                        "a here-document delimiter with quotes, a backslash or `$` is not "
+                        "read the way bash reads it; use a plain word")
+            return
         if heredoc is not None and _SUBSTITUTION.search(heredoc.value or ""):
             self.refuse(node, "unchecked_substitution",
                         "a here-document that runs commands cannot be checked")

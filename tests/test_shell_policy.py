@@ -198,3 +198,12 @@ def test_plain_heredocs_and_dev_null_still_pass() -> None:
     for mode in (ARCHITECT, CODE_WRITER):
         assert refusals(mode, "cat <<E\nplain text\nE") == []
         assert refusals(mode, "ls 2>/dev/null") == []
+
+
+@pytest.mark.parametrize("mode", [ARCHITECT, CODE_WRITER], ids=["architect", "code_writer"])
+@pytest.mark.parametrize("delimiter", ["'E'", '"E"', "E'F'", "'E'\"F\"", "\\E", "E\\F", '\\"E',
+                                       '""E'])
+def test_a_quoted_heredoc_delimiter_is_refused(mode: ModeSpec, delimiter: str) -> None:
+    # bash ends this document at `E`/`EF` and runs the next line; bashlex read it as text.
+    command = f"cat <<{delimiter}\nEF\nE\nrm -f victim\n{delimiter}\n"
+    assert "unparsable" in [rule for _, rule in refusals(mode, command)]
