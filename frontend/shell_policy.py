@@ -227,6 +227,13 @@ class _Checker:
                             "a command inside a parameter expansion cannot be checked")
             elif self.allowed is not None and (why := evaluates(value)) is not None:
                 self.refuse(node, "evaluated_expansion", why)
+        elif kind == "word" and self.allowed is not None and "\n" in _unquoted(self.text(node)):
+            # A word cannot hold an unquoted newline unless the parser lost track of where a
+            # substitution ends (bashlex reads `$(echo a#b) ; touch x` + newline + `)` as one
+            # word, bash runs `touch x`): what it swallowed was never checked.
+            self.refuse(node, "unparsable",
+                        "a word that runs across lines is not read the way bash reads it; "
+                        "write the command on one line")
         elif kind == "for":
             self.loop_variable(node)
         elif kind == "function" and self.allowed is not None:
@@ -305,8 +312,13 @@ class _Checker:
                         "subcommand")
             return
         for arg in args:
+            option = arg.split("=", 1)[0]
             for refused in READ_ONLY_REFUSED_OPTIONS.get(name, ()):
-                if arg == refused or arg.startswith(refused):
+                # Long options may be abbreviated (`--outp` for `--output`, where a parser
+                # takes unique prefixes): a prefix of a refused one is refused too.
+                abbreviated = (option.startswith("--") and len(option) > 3
+                               and refused.startswith(option))
+                if arg == refused or arg.startswith(refused) or abbreviated:
                     self.refuse(node, "read_only_options",
                                 f"`{name} {refused}` can write files or run programs")
                     return

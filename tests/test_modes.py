@@ -122,7 +122,8 @@ async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
     for command in ("echo overwritten 1<victim >/dev/stdout",
                     f"for x in '$(touch {workspace}/p4)'; do cat <<E; done\n${{x@P}}\nE",
                     "ls() { cat victim; }",
-                    "cat <<'E'\"F\"\nEF\nrm -f victim\n'E'\"F\"\n"):
+                    "cat <<'E'\"F\"\nEF\nrm -f victim\n'E'\"F\"\n",
+                    "echo $(echo a#b) ; rm -f victim\n)"):
         err = await refused(client, session, {"type": "command", "command": command})
         assert err["code"] == "mode_denied", (command, err)
     assert (workspace / "victim").read_text() == "kept\n" and not (workspace / "p4").exists()

@@ -207,3 +207,20 @@ def test_a_quoted_heredoc_delimiter_is_refused(mode: ModeSpec, delimiter: str) -
     # bash ends this document at `E`/`EF` and runs the next line; bashlex read it as text.
     command = f"cat <<{delimiter}\nEF\nE\nrm -f victim\n{delimiter}\n"
     assert "unparsable" in [rule for _, rule in refusals(mode, command)]
+
+
+@pytest.mark.parametrize("mode", [ARCHITECT, CODE_WRITER], ids=["architect", "code_writer"])
+@pytest.mark.parametrize("command", [
+    # bashlex takes `#b) ; touch ...` for a comment inside $( ) and the `)` on the next line
+    # for its end; bash ends $( ) at the first `)` and runs touch.
+    "echo $(echo a#b) ; touch /tmp/x\n)",
+    "echo $(echo a#b) ; touch /tmp/x #\n)",
+])
+def test_a_word_the_parser_stretched_across_lines_is_refused(mode: ModeSpec, command: str) -> None:
+    assert "unparsable" in [rule for _, rule in refusals(mode, command)]
+
+
+def test_abbreviated_refused_git_options_are_refused() -> None:
+    assert [r for _, r in refusals(ARCHITECT, "git log --outp=f")] == ["read_only_options"]
+    assert refusals(ARCHITECT, "git log --oneline") == []
+    assert refusals(ARCHITECT, "ls\nls") == [] and refusals(ARCHITECT, "echo 'a\nb'") == []
