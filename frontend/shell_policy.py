@@ -20,9 +20,10 @@ Rules (the ``rule`` of each violation, stable names):
   subscripts included): a value set earlier (by a loop, or before the mode changed) could
   carry a command the parser never sees. Integer literals are fine.
 - ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
-- ``no_assignments``: ``VAR=value`` (alone or before a command), or a loop over a variable
-  that is not a plain lowercase name (``for PROMPT_COMMAND in ...``): it can change what later
-  commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``, ``PATH``).
+- ``no_assignments``: ``VAR=value`` (alone or before a command), a loop over a variable that
+  is not a plain lowercase name (``for PROMPT_COMMAND in ...``), or a descriptor variable
+  (``{PATH}>file``): it can change what later commands run (``PROMPT_COMMAND``,
+  ``LD_PRELOAD``, ``GIT_PAGER``, ``PATH``).
 - ``no_functions``: a function definition: it can change what a command name runs later
   (``ls() { ...; }``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
@@ -96,6 +97,8 @@ _LITERAL_SUBSTRING = re.compile(r":\s*-?\d+\s*(?::\s*-?\d+\s*)?")
 #: variables bash or programs act on (those are uppercase, but for these two).
 _LOOP_VARIABLE = re.compile(r"[a-z_][a-z0-9_]*")
 _SPECIAL_LOWERCASE = frozenset({"histchars", "auto_resume"})
+#: ``{NAME}`` right before a redirection operator: bash stores the new descriptor in NAME.
+_FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 def evaluates(expansion: str) -> str | None:
@@ -266,6 +269,13 @@ class _Checker:
             if part.kind == "assignment" and self.allowed is not None:
                 self.refuse(node, "no_assignments",
                             f"`{part.word.split('=', 1)[0]}=` can change what later commands run")
+            elif (part.kind == "word" and self.allowed is not None
+                  and _FD_VARIABLE.fullmatch(self.text(part))
+                  and self.source[part.pos[1]:part.pos[1] + 1] in ("<", ">")):
+                # `{NAME}>file` opens a descriptor and stores its number in NAME (bashlex reads
+                # `{NAME}` as a word): `echo {PROMPT_COMMAND}>/dev/null` sets PROMPT_COMMAND.
+                self.refuse(node, "no_assignments",
+                            f"`{self.text(part)}` before a redirection sets {self.text(part)[1:-1]}")
             self.visit(part)
         if not words:
             return

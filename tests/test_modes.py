@@ -123,7 +123,8 @@ async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
                     f"for x in '$(touch {workspace}/p4)'; do cat <<E; done\n${{x@P}}\nE",
                     "ls() { cat victim; }",
                     "cat <<'E'\"F\"\nEF\nrm -f victim\n'E'\"F\"\n",
-                    "echo $(echo a#b) ; rm -f victim\n)"):
+                    "echo $(echo a#b) ; rm -f victim\n)",
+                    "echo {PROMPT_COMMAND}>/dev/null"):
         err = await refused(client, session, {"type": "command", "command": command})
         assert err["code"] == "mode_denied", (command, err)
     assert (workspace / "victim").read_text() == "kept\n" and not (workspace / "p4").exists()

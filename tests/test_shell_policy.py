@@ -224,3 +224,13 @@ def test_abbreviated_refused_git_options_are_refused() -> None:
     assert [r for _, r in refusals(ARCHITECT, "git log --outp=f")] == ["read_only_options"]
     assert refusals(ARCHITECT, "git log --oneline") == []
     assert refusals(ARCHITECT, "ls\nls") == [] and refusals(ARCHITECT, "echo 'a\nb'") == []
+
+
+@pytest.mark.parametrize("mode", [ARCHITECT, CODE_WRITER], ids=["architect", "code_writer"])
+@pytest.mark.parametrize("command", [
+    "ls {PROMPT_COMMAND}>/dev/null", "ls {PATH}>/dev/null; ls", "ls {HOME}</dev/null",
+])
+def test_a_descriptor_variable_redirection_is_an_assignment(mode: ModeSpec, command: str) -> None:
+    # `{NAME}>file` stores the new descriptor's number in NAME (PROMPT_COMMAND=11).
+    assert "no_assignments" in [rule for _, rule in refusals(mode, command)]
+    assert refusals(mode, "ls {a} >/dev/null {x}") == []  # a brace word with a space is text
