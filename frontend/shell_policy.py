@@ -97,6 +97,9 @@ _LITERAL_SUBSTRING = re.compile(r":\s*-?\d+\s*(?::\s*-?\d+\s*)?")
 #: variables bash or programs act on (those are uppercase, but for these two).
 _LOOP_VARIABLE = re.compile(r"[a-z_][a-z0-9_]*")
 _SPECIAL_LOWERCASE = frozenset({"histchars", "auto_resume"})
+#: A here-document delimiter bash unquotes (bashlex does not), and a body bash expands.
+_DELIMITER_QUOTING = re.compile(r"['\"\\$]")
+_BODY_EXPANDS = re.compile(r"[$`]")
 #: ``{NAME}`` right before a redirection operator: bash stores the new descriptor in NAME.
 _FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
@@ -333,26 +336,33 @@ class _Checker:
                                 f"`{name} {refused}` can write files or run programs")
                     return
 
-    def redirect(self, node: Any) -> None:
-        heredoc = getattr(node, "heredoc", None)
-        if heredoc is not None and self.allowed is not None and re.search(
-                r"['\"\\$]", self.text(node.output) if hasattr(node.output, "pos") else "'"):
-            # bashlex keeps a quoted or escaped delimiter's quotes, bash removes them: bash
-            # ends the document sooner and runs the lines bashlex took for its text.
-            self.refuse(node, "unparsable",
-                        "a here-document delimiter with quotes, a backslash or `$` is not "
-                        "read the way bash reads it; use a plain word")
-            return
-        if heredoc is not None and _SUBSTITUTION.search(heredoc.value or ""):
+    def here_document(self, node: Any, body: str) -> bool:
+        """Check a here-document's delimiter and body; False when the delimiter is refused
+        (then bashlex's idea of where the document ends cannot be trusted either)."""
+        if self.allowed is not None:
+            delimiter = self.text(node.output) if hasattr(node.output, "pos") else ""
+            if not delimiter or _DELIMITER_QUOTING.search(delimiter):
+                # bashlex keeps a quoted or escaped delimiter's quotes, bash removes them:
+                # bash ends the document sooner and runs the lines bashlex took for its text.
+                self.refuse(node, "unparsable",
+                            "a here-document delimiter with quotes, a backslash or `$` is not "
+                            "read the way bash reads it; use a plain word")
+                return False
+        if _SUBSTITUTION.search(body):
             self.refuse(node, "unchecked_substitution",
                         "a here-document that runs commands cannot be checked")
-        elif heredoc is not None and self.allowed is not None and re.search(
-                r"[$`]", heredoc.value or ""):
+        elif self.allowed is not None and _BODY_EXPANDS.search(body):
             # Bash expands an unquoted here-document's body, and nothing in it is parsed
             # here: every rule on expansions (${x@P}, subscripts, offsets) would be skipped.
             self.refuse(node, "evaluated_expansion",
                         "a here-document whose body expands `$` cannot be checked; write the "
                         "text without `$` or backticks")
+        return True
+
+    def redirect(self, node: Any) -> None:
+        heredoc = getattr(node, "heredoc", None)
+        if heredoc is not None and not self.here_document(node, heredoc.value or ""):
+            return
         target = node.output
         if not hasattr(target, "kind"):
             return  # fd duplication or closing: 2>&1, 1>&-

@@ -98,8 +98,8 @@ def _tail(raw: bytes, text: str, limit: int, *, first_line_whole: bool) -> tuple
         at = max(text.find("\n", max(0, len(text) - limit - 1)),
                  -1 if first_line_whole else text.find("\n")) + 1
         if at > 0 and (len(text) - at >= limit // 2 or len(text) <= limit):
-            dropped = raw.rsplit(b"\n", newlines - text.count("\n", 0, at) + 1)[0]
-            return len(dropped) + 1, text[at:]
+            kept = raw.split(b"\n", text.count("\n", 0, at))[-1]  # after as many raw lines
+            return len(raw) - len(kept), text[at:]
     if len(text) <= limit:
         return 0, text  # the whole window (one line, or lines that cannot be mapped)
     tail = text[-limit:]
