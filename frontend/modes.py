@@ -68,15 +68,15 @@ async def thread_mode(session: Session, root: str, scope: dict[str, Any], *,
 
 async def set_thread_mode(
     session: Session, root: str, scope: dict[str, Any], mode: ModeSpec
-) -> ModeSpec:
-    """Store ``mode`` on the thread; ``capability_missing`` on a guardian without modes."""
+) -> ThreadModeResult:
+    """Store ``mode`` on the thread (a change gives it a fresh shell on a guardian with
+    ``mode_sandbox``); ``capability_missing`` on a guardian without modes."""
     reply: ThreadModeResult = await session.locator.call(
         root, "thread.set_mode", {**scope, "mode": mode.model_dump(mode="json")},
         timeout_s=MODE_RPC_TIMEOUT_S,
     )
-    stored = ModeSpec.model_validate(reply.mode.wire())
-    session.modes.remember(_key(session, root, scope), stored)
-    return stored
+    session.modes.remember(_key(session, root, scope), ModeSpec.model_validate(reply.mode.wire()))
+    return reply
 
 
 async def check_bash_action(

@@ -52,6 +52,11 @@ class InitializeData(TypedDict):
     principal: NotRequired[str | None]
     guardian: Nested
     shell_running: NotRequired[bool | None]
+    #: architect: what its commands run inside, or None and why (``sandbox_missing``).
+    sandbox: NotRequired[str | None]
+    sandbox_missing: NotRequired[str | None]
+    #: A mode change's fresh shell: processes of the old one left running.
+    orphans: NotRequired[list[Nested]]
 
 
 # -- BashCommand -------------------------------------------------------------------------------

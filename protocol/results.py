@@ -308,6 +308,13 @@ class ThreadModeResult(Result):
     cwd: str
     #: What an input names to prove it was checked against this mode (``mode_changed``).
     fingerprint: str | None = None
+    #: (mode_sandbox) What the thread's architect shell runs inside, or None; and why none.
+    sandbox: str | None = None
+    sandbox_missing: str | None = None
+    #: (mode_sandbox) The shell generation after this call; a mode change starts a new one.
+    generation: int | None = None
+    #: (mode_sandbox) Processes of the replaced shell left running (as reset_shell says).
+    orphans: list[dict[str, Any]] | None = None
 
 
 # -- commands ----------------------------------------------------------------------------------

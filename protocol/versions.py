@@ -27,6 +27,12 @@ class Capability(StrEnum):
     #: A mode stored on each thread (wcgw, architect, code_writer) that outlives front-ends.
     THREAD_MODES = "thread_modes"
     AGENT_LIFECYCLE = "agent_lifecycle"
+    #: An architect thread's shell and jobs run in a kernel sandbox (no writes), and a mode
+    #: change gives the thread a fresh shell.
+    MODE_SANDBOX = "mode_sandbox"
+    #: The guardian refuses a line longer than the kernel's line buffer (4095 bytes) typed
+    #: into a terminal in cooked mode, instead of letting the kernel cut it.
+    LINE_LIMITS = "line_limits"
 
 
 class Version(NamedTuple):
@@ -57,6 +63,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     3: frozenset({Capability.PERSON_VIEW}),
     4: frozenset({Capability.THREAD_MODES}),
     5: frozenset({Capability.AGENT_LIFECYCLE}),
+    6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
 }
 
 

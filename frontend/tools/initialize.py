@@ -16,8 +16,9 @@ from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
-from tether.protocol.results import ResetShellResult, ThreadOpenResult
+from tether.protocol.results import ResetShellResult, ThreadModeResult, ThreadOpenResult
 from tether.protocol.transport import REPLY_GRACE_S
+from tether.protocol.versions import Capability
 
 #: Opening a thread may start its guardian and its shell: more than an ordinary call.
 THREAD_OPEN_TIMEOUT_S = 15.0
@@ -97,35 +98,69 @@ class InitializeTool(Tool):
         }
         if "shell_running" in thread:
             data["shell_running"] = thread["shell_running"]
-        mode = await _mode(session, root, data["thread_id"], handle, thread, requested)
-        if mode is not None:
+        found = await _mode(session, root, data["thread_id"], handle, thread, requested)
+        sandbox_text = ""
+        if found is not None:
+            mode, reply = found
             data["mode"] = mode.name
             if mode.code_writer is not None:
                 data["code_writer"] = mode.code_writer.model_dump(mode="json")
+            if reply is not None and reply.generation is not None:  # a fresh shell
+                data["generation"] = reply.generation
+                data["cwd"] = reply.cwd
+                if reply.orphans:
+                    data["orphans"] = reply.orphans
+            if mode.name == "architect":
+                data.update(_sandbox(root, handle, reply))
+                sandbox_text = (f"; sandbox: {data['sandbox']}" if data["sandbox"]
+                                else f"; NOT sandboxed: {data['sandbox_missing']}")
         if handle is not None and handle.lost_records:
             data["guardian"]["lost_records"] = handle.lost_records
         guardian = f"guardian protocol {handle.version}" if handle else "no guardian running"
         text = (
             f"thread {data['thread_id']} in {root} (shell generation {data['generation']}, "
-            f"cwd {data['cwd']}, mode {data['mode']}); {guardian}"
+            f"cwd {data['cwd']}, mode {data['mode']}{sandbox_text}); {guardian}"
         )
         return results.ok(data, text)
 
 
 async def _mode(session: Session, root: str, thread_id: str | None,
                 handle: GuardianHandle | None, thread: dict[str, Any],
-                requested: ModeSpec | None) -> ModeSpec | None:
-    """The thread's mode after this call (setting ``requested`` first), or None without a
-    thread. With no guardian running (status) it comes from the catalog on disk."""
+                requested: ModeSpec | None) -> tuple[ModeSpec, ThreadModeResult | None] | None:
+    """The thread's mode after this call (setting ``requested`` first) with the guardian's
+    reply when an architect thread's sandbox is worth reporting, or None without a thread.
+    With no guardian running (status) it comes from the catalog on disk."""
     if thread_id is None:
         return None
     scope = {"principal": session.principal, "workspace_root": root, "thread_id": thread_id}
     if requested is not None:
-        return await set_thread_mode(session, root, scope, requested)
+        reply = await set_thread_mode(session, root, scope, requested)
+        return ModeSpec.model_validate(reply.mode.wire()), reply
     if handle is None:
         stored = thread.get("mode")
-        return ModeSpec.model_validate(stored) if stored else ModeSpec()
-    return (await thread_mode(session, root, scope))[0]
+        return (ModeSpec.model_validate(stored) if stored else ModeSpec()), None
+    mode = (await thread_mode(session, root, scope))[0]
+    if mode.name != "architect" or str(Capability.MODE_SANDBOX) not in handle.capabilities:
+        return mode, None
+    reply = await session.locator.call(root, "thread.mode", scope, timeout_s=STATUS_TIMEOUT_S)
+    return ModeSpec.model_validate(reply.mode.wire()), reply
+
+
+def _sandbox(root: str, handle: GuardianHandle | None,
+             reply: ThreadModeResult | None) -> dict[str, Any]:
+    """What an architect thread's commands run inside (``sandbox``), or why nothing
+    (``sandbox_missing``): said plainly, since the mode then rests on the command check."""
+    if handle is None:
+        return {"sandbox": None, "sandbox_missing": "no guardian is running; the next call "
+                "starts one, and its shell in the sandbox where the kernel offers one"}
+    if str(Capability.MODE_SANDBOX) not in handle.capabilities or reply is None:
+        return {"sandbox": None, "sandbox_missing": (
+            f"guardian protocol {handle.version} has no mode sandbox (protocol 1.6 adds "
+            "it): architect is enforced by the command check alone. Upgrade the guardian: "
+            f"tether guardians restart --workspace {root} --yes")}
+    if reply.sandbox is not None:
+        return {"sandbox": reply.sandbox}
+    return {"sandbox": None, "sandbox_missing": reply.sandbox_missing}
 
 
 async def _status(session: Session, root: str, thread_id: str | None,

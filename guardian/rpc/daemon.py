@@ -43,6 +43,7 @@ IMPLEMENTED = frozenset({
     Capability.RECOGNITION, Capability.PROMPT_RECEIPTS, Capability.PERSON_VIEW,
     Capability.THREAD_MODES,
     Capability.AGENT_LIFECYCLE,
+    Capability.MODE_SANDBOX, Capability.LINE_LIMITS,
 })
 
 #: How often the guardian checks that its socket file is still its own.
@@ -117,6 +118,7 @@ class Guardian:
             instance_id=self.instance_id,
             clock=self.clock,
             base_env=process_env(),
+            mode_sandbox=Capability.MODE_SANDBOX in self.capabilities,
         )
         identity = ProcessIdentity.of(os.getpid())
         assert identity is not None

@@ -52,6 +52,7 @@ class Runtime:
         instance_id: str,
         clock: Clock,
         base_env: dict[str, str],
+        mode_sandbox: bool = True,
     ) -> Runtime:
         scope = Scope(catalog, principal=principal, workspace_root=workspace_root)
         notifier = ChangeNotifier()
@@ -61,7 +62,8 @@ class Runtime:
         retention = Retention(catalog, paths, clock)
         finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier)
         threads = Threads(scope=scope, catalog=catalog, paths=paths, clock=clock,
-                          finisher=finisher, notifier=notifier, base_env=base_env)
+                          finisher=finisher, notifier=notifier, base_env=base_env,
+                          mode_sandbox=mode_sandbox)
         launcher = Launcher(scope=scope, catalog=catalog, paths=paths, clock=clock,
                             instance_id=instance_id, live=live, threads=threads,
                             finisher=finisher, notifier=notifier, retention=retention)

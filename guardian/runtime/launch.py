@@ -14,6 +14,7 @@ from typing import Any
 from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import Retention
+from tether.guardian.runtime import sandbox
 from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.inputs import deliver, stale_generation
@@ -135,9 +136,11 @@ class Launcher:
             live.append_output(data)
             notifier.notify_output()
 
+        sandboxed = self._threads.sandboxed(thread["thread_id"])
+        argv = job_argv(params.command)
         runtime = PtyRuntime(
-            job_argv(params.command),
-            env=self._threads.env_for(thread["thread_id"], execution_id),
+            sandbox.wrap(argv) if sandboxed else argv,
+            env=self._threads.env_for(thread["thread_id"], execution_id, sandboxed=sandboxed),
             cwd=cwd,
             rows=params.rows,
             cols=params.cols,

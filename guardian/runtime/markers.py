@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 RC_TEMPLATE = r"""# Tether shell integration (generated; your own rc files are sourced, never changed).
 # bash has read this whole file already: delete it before anything else can read it.
-command rm -f -- @RC_PATH@
+@FORGET_RC@
 __tether_nonce=@NONCE@
 __tether_c=$'\e]133;C;aid='"$__tether_nonce"$'\a'
 if [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi
@@ -51,9 +51,13 @@ PS0='${__tether_c}${__tether_cmd:0:$((__tether_cmd=1,0))}'"${PS0:-}"
 """
 
 
-def rc_text(nonce: str, path: str) -> str:
-    """The rc file, at ``path``, for a shell whose markers carry ``nonce``."""
-    return RC_TEMPLATE.replace("@NONCE@", nonce).replace("@RC_PATH@", shlex.quote(path))
+def rc_text(nonce: str, path: str, *, handed_fd: int | None = None) -> str:
+    """The rc file, at ``path``, for a shell whose markers carry ``nonce``. ``handed_fd``:
+    the file was unlinked already and handed to bash as ``/dev/fd/N`` (a sandboxed shell,
+    which may not delete it): close that instead."""
+    forget = (f"exec {handed_fd}<&-" if handed_fd is not None
+              else f"command rm -f -- {shlex.quote(path)}")
+    return RC_TEMPLATE.replace("@NONCE@", nonce).replace("@FORGET_RC@", forget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,10 +55,24 @@ class ThreadModes:
         return self._answer(params)
 
     async def set_mode(self, request: Request, params: ThreadSetModeParams) -> ThreadModeResult:
-        self._scope.thread_for(params)
+        """Store the mode. A change gives the thread a fresh main shell (``mode_sandbox``):
+        nothing the old shell holds (functions, aliases, variables, traps) carries into a
+        restricted mode, and an architect shell starts inside the sandbox (or leaves it)."""
+        thread = self._scope.thread_for(params)
+        changed = self._mode(params.thread_id)[1] != mode_fingerprint(params.mode)
+        threads = self._threads
+        if changed and threads.mode_sandbox:
+            threads.refuse_if_busy(params.thread_id, "a mode change")
         self._known.pop(params.thread_id, None)
         self._catalog.set_thread_mode(params.thread_id, params.mode.model_dump(mode="json"))
-        return self._answer(params)
+        fresh: dict[str, Any] = {}
+        if changed and threads.mode_sandbox and threads.shell_sandboxed(params.thread_id) \
+                is not None:
+            # Checked and stored with no await between: any input from here on is checked
+            # against the new mode, and lands in the new shell.
+            replaced = await threads.replace_shell(thread)
+            fresh = {"generation": replaced["generation"], "orphans": replaced["orphans"]}
+        return self._answer(params, **fresh)
 
     def guard(self, request: Request) -> None:
         """Refuse an input-bearing request checked against a mode the thread no longer has."""
@@ -99,12 +113,22 @@ class ThreadModes:
             self._known[thread_id] = (mode, fingerprint)  # never an unknown thread's id
         return mode, fingerprint
 
-    def _answer(self, params: Scoped) -> ThreadModeResult:
+    def _answer(self, params: Scoped, **fresh: Any) -> ThreadModeResult:
         thread = self._scope.thread_for(params)
         mode, fingerprint = self._mode(params.thread_id)
+        threads = self._threads
+        sandbox: dict[str, Any] = {}
+        if threads.mode_sandbox and mode.name == "architect":
+            running = threads.shell_sandboxed(params.thread_id)
+            if running is False and threads.sandbox is not None:
+                missing = ("the running shell started before the sandbox was in place (an "
+                           "older guardian's); reset_shell starts it sandboxed")
+                sandbox = {"sandbox": None, "sandbox_missing": missing}
+            else:
+                sandbox = {"sandbox": threads.sandbox, "sandbox_missing": threads.sandbox_missing}
         return ThreadModeResult.model_validate({
             "mode": mode.model_dump(mode="json"), "fingerprint": fingerprint,
-            "cwd": self._threads.cwd(params.thread_id, thread["cwd"])})
+            "cwd": threads.cwd(params.thread_id, thread["cwd"]), **sandbox, **fresh})
 
 
 def _fits(sent: object, fingerprint: str) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tether.guardian.runtime import kernel
+from tether.guardian.runtime import kernel, sandbox
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.markers import Marker, MarkerScanner, rc_text
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
@@ -96,8 +96,11 @@ class MainShell:
         rows: int,
         cols: int,
         listener: ShellListener,
+        sandboxed: bool = False,
     ) -> None:
         self.thread_id = thread_id
+        #: Started inside the architect sandbox (``sandbox.py``), for its whole life.
+        self.sandboxed = sandboxed
         self.generation = generation
         self.cwd = cwd
         self._scratch = scratch
@@ -105,10 +108,16 @@ class MainShell:
         nonce = secrets.token_hex(8)
         self._scanner = MarkerScanner(nonce)
         self.rc_path = scratch / f"bashrc-{thread_id}-{generation}"
-        write_private_file(self.rc_path, rc_text(nonce, str(self.rc_path)).encode())
+        handed = sandbox.RC_FD if sandboxed else None
+        write_private_file(self.rc_path,
+                           rc_text(nonce, str(self.rc_path), handed_fd=handed).encode())
+        argv = ["bash", "--rcfile", str(self.rc_path), "-i"]
+        if sandboxed:
+            argv = sandbox.wrap(["bash", "--rcfile", f"/dev/fd/{handed}", "-i"],
+                                str(self.rc_path))
         self.screen = TerminalScreen(cols=cols, rows=rows, respond=self._respond)
         self.runtime = PtyRuntime(
-            ["bash", "--rcfile", str(self.rc_path), "-i"],
+            argv,
             env=env,
             cwd=cwd if os.path.isdir(cwd) else str(Path.home()),
             rows=rows,

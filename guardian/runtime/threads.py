@@ -11,7 +11,7 @@ import logging
 import os
 from typing import Any
 
-from tether.guardian.runtime import kernel
+from tether.guardian.runtime import kernel, sandbox
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.notify import ChangeNotifier
@@ -32,6 +32,20 @@ log = logging.getLogger(__name__)
 RESET_GRACE_S = 1.0
 
 
+#: An architect shell's git and pagers: no optional index writes (which the sandbox would
+#: refuse with a warning), no pager that a repository's config could name.
+ARCHITECT_ENV = {
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "core.pager",
+    "GIT_CONFIG_VALUE_1": "cat",
+}
+
+
 class Threads:
     """The threads of this guardian and their main shells (a ``ShellListener``)."""
 
@@ -45,6 +59,7 @@ class Threads:
         finisher: Finisher,
         notifier: ChangeNotifier,
         base_env: dict[str, str],
+        mode_sandbox: bool = True,
     ) -> None:
         self._scope = scope
         self._catalog = catalog
@@ -54,6 +69,11 @@ class Threads:
         self._notifier = notifier
         self._base_env = base_env
         self._shells: dict[str, MainShell] = {}
+        #: Whether a mode change gives a fresh shell and architect runs sandboxed (an
+        #: older protocol emulated: neither), and what the sandbox is on this kernel (or why
+        #: there is none).
+        self.mode_sandbox = mode_sandbox
+        self.sandbox, self.sandbox_missing = sandbox.describe() if mode_sandbox else (None, None)
 
     # -- opening and resetting -------------------------------------------------------------
 
@@ -94,15 +114,17 @@ class Threads:
         if shell is not None and shell.alive:
             return shell
         generation = int(thread["generation"]) + (1 if thread["shell_execution_id"] else 0)
+        sandboxed = self.sandboxed(thread["thread_id"])
         shell = MainShell(
             thread_id=thread["thread_id"],
             generation=generation,
             cwd=thread["cwd"],
-            env=self.env_for(thread["thread_id"], None),
+            env=self.env_for(thread["thread_id"], None, sandboxed=sandboxed),
             scratch=self._paths.scratch,
             rows=DEFAULT_ROWS,
             cols=DEFAULT_COLS,
             listener=self,
+            sandboxed=sandboxed,
         )
         shell.start()
         self._shells[thread["thread_id"]] = shell
@@ -112,7 +134,8 @@ class Threads:
         )
         return shell
 
-    def env_for(self, thread_id: str, execution_id: str | None) -> dict[str, str]:
+    def env_for(self, thread_id: str, execution_id: str | None, *,
+                sandboxed: bool = False) -> dict[str, str]:
         """Environment of every process Tether starts (R24)."""
         env = dict(self._base_env)
         env.update(
@@ -122,14 +145,44 @@ class Threads:
         )
         if execution_id is not None:
             env["TETHER_EXECUTION_ID"] = execution_id
+        if sandboxed:
+            env.update(ARCHITECT_ENV)
         return env
+
+    def sandboxed(self, thread_id: str) -> bool:
+        """Do this thread's shells and jobs start inside the architect sandbox?"""
+        if self.sandbox is None:
+            return False
+        mode = self._catalog.get_thread_mode(thread_id)
+        return mode is not None and mode.get("name") == "architect"
+
+    def shell_sandboxed(self, thread_id: str) -> bool | None:
+        """Is the thread's live shell sandboxed (None: no live shell here)?"""
+        shell = self._shells.get(thread_id)
+        return shell.sandboxed if shell is not None and shell.alive else None
+
+    def refuse_if_busy(self, thread_id: str, doing: str) -> None:
+        """``shell_busy`` while a command runs in the thread's main shell."""
+        shell = self._shells.get(thread_id)
+        if shell is not None and shell.alive and shell.busy:
+            running = shell.current.execution_id if shell.current else None
+            raise TetherError(
+                ErrorCode.SHELL_BUSY,
+                f"the main shell is running {running or 'a command typed into it'}; {doing} "
+                "starts a fresh shell, which would end it. Wait for it (status_check), "
+                "interrupt it (send_keys Ctrl-c), or reset_shell first. Nothing was changed.",
+                {"input_sent": False, "running_execution_id": running})
 
     async def reset(self, params: ResetShellParams) -> dict[str, Any]:
         """Replace the main shell: the old one's whole session is ended and reaped, the new
         one is generation + 1. A process of the old shell that survives (or escaped its
         session) is reported as an orphan on the interrupted record, never adopted (R13)."""
-        thread = self._scope.thread_for(params)
-        old = self._shells.pop(params.thread_id, None)
+        return await self.replace_shell(self._scope.thread_for(params))
+
+    async def replace_shell(self, thread: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`reset` of a thread already checked (also a mode change's fresh shell)."""
+        thread_id = thread["thread_id"]
+        old = self._shells.pop(thread_id, None)
         orphans: list[dict[str, Any]] = []
         if old is not None:
             interrupted, old.current = old.current, None
@@ -139,7 +192,7 @@ class Threads:
             orphans = [{"pid": pid, "reason": "survived SIGKILL at shell reset"}
                        for pid in survivors]
             escaped = set(kernel.processes_marked(
-                "TETHER_THREAD_ID", params.thread_id, unless="TETHER_EXECUTION_ID"))
+                "TETHER_THREAD_ID", thread_id, unless="TETHER_EXECUTION_ID"))
             orphans += [{"pid": pid, "reason": "left the shell's session; still running"}
                         for pid in sorted(escaped - set(survivors))]
             if interrupted is not None and orphans:
@@ -149,8 +202,8 @@ class Threads:
                                     runtime={**runtime, "orphans": orphans})
             old.close()
         shell = self.ensure_shell(thread)
-        return {"thread_id": params.thread_id, "generation": shell.generation, "cwd": shell.cwd,
-                "orphans": orphans}
+        return {"thread_id": thread_id, "generation": shell.generation,
+                "cwd": shell.cwd, "orphans": orphans}
 
     # -- looking up ------------------------------------------------------------------------
 
