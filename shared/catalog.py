@@ -237,6 +237,7 @@ class Catalog:
         # reads at once; and who to tell once a commit has written some.
         self._staged: dict[str, dict[str, Any]] = {}
         self.on_staged_written: Callable[[], None] | None = None
+        self._runs_agent: Callable[[str], bool] | None = None  # see list_executions
         self._db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
         path.chmod(0o600)
@@ -584,14 +585,25 @@ class Catalog:
         return {row["execution_id"]: self._overlay(_decode_row(row)) for row in rows}
 
     def list_executions(
-        self, thread_id: str, limit: int, kind: str | None = None
+        self, thread_id: str, limit: int, kind: str | None = None, *,
+        runs_agent: Callable[[str], bool] | None = None,
     ) -> list[dict[str, Any]]:
-        """This thread's records, newest first."""
+        """This thread's records, newest first.
+
+        ``runs_agent``: only managed agents (kind ``agent``) and records whose command it
+        accepts (an agent CLI typed as a command). The query filters before its LIMIT: kept
+        after it, an agent behind ``limit`` newer commands was never listed.
+        """
         query = "SELECT * FROM executions WHERE thread_id = ?"
         args: list[Any] = [thread_id]
         if kind is not None:
             query += " AND kind = ?"
             args.append(kind)
+        if runs_agent is not None:
+            if self._runs_agent is not runs_agent:
+                self._db.create_function("tether_runs_agent", 1, runs_agent, deterministic=True)
+                self._runs_agent = runs_agent
+            query += " AND (kind = 'agent' OR tether_runs_agent(command))"
         rows = self._db.execute(query + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
         return [self._overlay(_decode_row(row)) for row in rows]
 

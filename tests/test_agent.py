@@ -15,7 +15,7 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.helpers import AGENT_SCREEN_STATES, fixture_file, poll
-from tests.mcp_helpers import agent, bash, execution, initialize, kill_front_end, prompt_log
+from tests.mcp_helpers import agent, bash, execution, initialize, kill_front_end, prompt_log, run
 
 pytestmark = pytest.mark.anyio
 
@@ -246,3 +246,30 @@ async def test_prompt_enter_is_not_swallowed_by_a_paste_burst_rule(
         "recognizer": "claude", "timeout_seconds": 15}))["data"]["receipt"]
     assert (sent["delivered"], sent["activity_observed"], sent["wait_reached"]) == (True, True, True)
     assert prompt_log(log) == ["submit me whole"]
+
+
+async def test_an_agent_cli_stays_listed_behind_newer_commands(
+    tether_env: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """Agent.list keeps agents before it applies ``limit``: a running ``codex`` behind 20
+    newer commands is listed with the default limit and with limit 1 (the limit used to
+    apply to the thread's newest records first, and the agent fell out of every list)."""
+    codex = tmp_path / "bin" / "codex"
+    codex.parent.mkdir()
+    codex.write_text("#!/bin/sh\nsleep 60\n")
+    codex.chmod(0o755)
+    async with Client(stdio_params()) as client:
+        session = await initialize(client, workspace)
+        eid = (await bash(client, session, {"type": "command", "command": str(codex),
+                                            "is_background": True}, wait=0))["execution_id"]
+        for i in range(20):
+            await run(client, session, f"echo {i}")
+
+        async def listed(**limit: int) -> list[str]:
+            data = (await agent(client, session, {"action": "list", **limit}))["data"]
+            return [r["execution_id"] for r in data["executions"]]
+
+        assert await listed() == [eid]
+        assert await listed(limit=1) == [eid]
+        await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                     "execution_id": eid})

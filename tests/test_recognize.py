@@ -566,6 +566,13 @@ def test_malformed_rule_files_fail_to_load_with_a_clear_message(
         ("", "shell"),
         (None, "shell"),
         ("claude 'unbalanced", "claude"),
+        # Quotes and escapes that shlex removes still name the program (the fast check
+        # that skips shlex for lines naming no program must not miss these).
+        ("cl'au'de", "claude"),
+        ('"C"ODEX', "codex"),
+        ("c\\odex", "codex"),
+        ("bash -c \"g'emi'ni\"", "gemini"),
+        ("x=1 " + "y" * 70_000, "shell"),
     ],
 )
 def test_pick_recognizer(command: str | None, expected: str) -> None:

@@ -108,10 +108,9 @@ class Inspector:
     async def list_records(self, request: Request, params: ExecListParams) -> ListResult:
         self._scope.thread_for(params)
         self._retention.prune_stale(params.thread_id, protect=self._live.protected())
-        records = self._catalog.list_executions(params.thread_id, params.limit, kind=params.kind)
-        if params.agents_only:
-            records = [r for r in records
-                       if r["kind"] == "agent" or pick_recognizer(r["command"]) != "shell"]
+        records = self._catalog.list_executions(
+            params.thread_id, params.limit, kind=params.kind,
+            runs_agent=_runs_agent_cli if params.agents_only else None)
         # Sent as built (the front-end checks every reply): see Result.built.
         return ListResult.built({
             "executions": [self._live.view(r) for r in records],
@@ -142,6 +141,11 @@ class Inspector:
             if live is not None and record is not None:
                 states[execution_id] = recognize_record(record, live)[0].state
         return states
+
+
+def _runs_agent_cli(command: str) -> bool:
+    """Whether a command line launches a known agent CLI (what ``Agent.list`` observes)."""
+    return pick_recognizer(command) != "shell"
 
 
 def _tail_lines(lines: list[str], count: int) -> list[str]:
