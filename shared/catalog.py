@@ -678,10 +678,11 @@ class Catalog:
             self._bump()
 
     def thread_records_for_pruning(self, thread_id: str) -> list[dict[str, Any]]:
-        """Oldest first: what retention looks at."""
+        """Oldest first: what retention looks at (``screen_bytes`` in UTF-8 bytes: length()
+        of text counts characters, a third of the bytes of a screen of box drawing)."""
         rows = self._db.execute(
             "SELECT execution_id, status, kind, archived_at, terminal_unix_ms, output_start, output_end,"
-            " length(coalesce(screen_text, '')) AS screen_bytes FROM executions"
+            " length(CAST(coalesce(screen_text, '') AS BLOB)) AS screen_bytes FROM executions"
             " WHERE thread_id = ? ORDER BY seq",
             (thread_id,),
         ).fetchall()

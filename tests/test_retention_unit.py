@@ -84,3 +84,17 @@ def test_a_listing_prunes_unless_its_thread_was_pruned_a_moment_ago(
 
     asyncio.run(new_command_then_list())
     assert catalog.get_execution("ex_2") is None
+
+
+def test_the_byte_budget_counts_screen_text_in_utf8_bytes(tmp_path: Path) -> None:
+    """16 MiB is bytes: a screen of box drawing ("─" is 3 bytes) counts three times its
+    characters (SQLite's length() of text counts characters)."""
+    paths = GuardianPaths("k", tmp_path / "run", tmp_path / "state")
+    paths.journals.mkdir(parents=True)
+    clock = FakeClock()
+    catalog = Catalog(tmp_path / "catalog.sqlite3", clock)
+    retention = Retention(catalog, paths, clock, RetentionLimits(max_bytes=5000))
+    for i in (1, 2):
+        catalog.insert_execution(_record(i, "exited", terminal=clock.now))
+        catalog.update_execution(f"ex_{i}", screen_text="─" * 1000)  # 1000 chars, 3000 bytes
+    assert retention.prune_thread("th", protect=set()) == ["ex_1"]
