@@ -688,6 +688,18 @@ class Catalog:
         ).fetchall()
         return [dict(row) for row in rows]
 
+    def records_for_expiry(self, after_seq: int, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` records of any thread after ``after_seq``, oldest first, with what
+        the expiry sweep looks at (``seq`` to go on from)."""
+        rows = self._db.execute(
+            # archived_at lies past the long columns (command, screen): read for agents only.
+            "SELECT seq, execution_id, status, kind, terminal_unix_ms,"
+            " CASE WHEN kind = 'agent' THEN archived_at END AS archived_at FROM executions"
+            " WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after_seq, count),
+        ).fetchall()
+        return [dict(row) for row in rows]
+
     # -- prompt receipts (R21, R22) ------------------------------------------------------
 
     def get_receipt(self, execution_id: str, prompt_id: str) -> tuple[str, dict[str, Any]] | None:

@@ -3,7 +3,9 @@ retention."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,12 @@ import pytest
 from mcp import Client
 from mcp.types import TextContent
 
+from tests.conftest import stdio_params
+from tests.helpers import apoll
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
 from tether.guardian.history.records import COMPACT_FIELDS
+from tether.shared.config import Config
+from tether.shared.paths import guardian_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -182,3 +188,49 @@ async def test_retention_keeps_128_records(client: Client, workspace: Path) -> N
     assert len(records) == 128
     assert records[0]["execution_id"] == running["execution_id"]
     assert records[0]["status"] == "running"
+
+
+async def test_expired_records_of_an_idle_thread_are_pruned(
+    tether_env: Config, workspace: Path,
+) -> None:
+    """A record 24 h past its end goes although its own thread sees no command and no list:
+    work in another thread of the workspace prunes it, and its own thread then finds nothing
+    (it used to be kept, and served, until its own thread ran a command or listed)."""
+    catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
+
+    def row(execution_id: str) -> tuple[str, int | None] | None:
+        with contextlib.closing(sqlite3.connect(catalog, timeout=10)) as db:
+            found = db.execute("SELECT status, terminal_unix_ms FROM executions"
+                               " WHERE execution_id = ?", (execution_id,)).fetchone()
+        return None if found is None else (str(found[0]), found[1])
+
+    def forgotten() -> bool:
+        with contextlib.closing(sqlite3.connect(catalog, timeout=10)) as db:
+            return db.execute("SELECT 1 FROM idempotency WHERE key = 'k-old'").fetchone() is None
+
+    async with Client(stdio_params()) as client:
+        idle = await initialize(client, workspace)
+        busy = await initialize(client, workspace)
+        # The idle thread's own prune, a moment after its one command, is done once it has
+        # forgotten this day-old idempotency key: from then on nothing prunes that thread.
+        with contextlib.closing(sqlite3.connect(catalog, timeout=10)) as db, db:
+            db.execute("INSERT INTO idempotency VALUES ('local', 'k-old', 'm', 'f', 'null', 1)")
+        old = (await run(client, idle, "echo old"))["execution_id"]
+        await apoll(forgotten, what="the idle thread's own prune")
+        assert row(old) is not None
+        with contextlib.closing(sqlite3.connect(catalog, timeout=10)) as db, db:
+            # As the clock would have it 25 h later (the end was written: nothing rewrites it).
+            db.execute("UPDATE executions SET terminal_unix_ms = terminal_unix_ms - ?,"
+                       " ended_unix_ms = ended_unix_ms - ? WHERE execution_id = ?",
+                       (25 * 3600_000, 25 * 3600_000, old))
+        kept = (await run(client, busy, "echo kept"))["execution_id"]
+        deadline = time.monotonic() + 10
+        while row(old) is not None:
+            assert time.monotonic() < deadline, "the expired record was never pruned"
+            await execution(client, busy, {"type": "get", "execution_id": "ex_missing"},
+                            expect_error=True)  # any request of the workspace will do
+            await anyio.sleep(0.1)
+        gone = await execution(client, idle, {"type": "get", "execution_id": old},
+                               expect_error=True)
+        assert gone["code"] == "not_found"
+        assert row(kept) is not None

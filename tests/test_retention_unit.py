@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.helpers import apoll
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import PRUNE_DELAY_S, Retention, RetentionLimits
 from tether.shared.catalog import Catalog
@@ -98,3 +99,51 @@ def test_the_byte_budget_counts_screen_text_in_utf8_bytes(tmp_path: Path) -> Non
         catalog.insert_execution(_record(i, "exited", terminal=clock.now))
         catalog.update_execution(f"ex_{i}", screen_text="─" * 1000)  # 1000 chars, 3000 bytes
     assert retention.prune_thread("th", protect=set()) == ["ex_1"]
+
+
+def _sweep(retention: Retention, protect: set[str]) -> bool:
+    """Start a sweep on a loop of its own and run it to its end; whether one started."""
+
+    async def run() -> bool:
+        retention.sweep_soon(lambda: protect)
+        started = retention.sweeping
+        await apoll(lambda: not retention.sweeping, what="the sweep to end")
+        return started
+
+    return asyncio.run(run())
+
+
+def test_a_sweep_drops_expired_records_of_every_thread(tmp_path: Path) -> None:
+    """Expiry reaches threads that see no command and no listing (an abandoned thread kept
+    its records for ever): a sweep reads the whole catalog, a batch per loop turn, and keeps
+    what R17 keeps."""
+    paths = GuardianPaths("k", tmp_path / "run", tmp_path / "state")
+    paths.journals.mkdir(parents=True)
+    clock = FakeClock()
+    catalog = Catalog(tmp_path / "catalog.sqlite3", clock)
+    retention = Retention(catalog, paths, clock, RetentionLimits(sweep_batch=2))
+    old = clock.now - 24 * 3600 * 1000 - 1
+
+    def add(i: int, thread: str, status: str, terminal: int | None, **fields: object) -> None:
+        catalog.insert_execution({**_record(i, status, terminal=terminal), "thread_id": thread,
+                                  **fields})
+        Journal(paths.journals, f"ex_{i}").append(b"x" * 10)
+
+    add(1, "idle", "exited", old)
+    add(2, "idle", "running", None)
+    add(3, "busy", "exited", clock.now)  # not expired yet
+    add(4, "idle", "exited", old, kind="agent")  # a managed agent: kept until archived
+    add(5, "idle", "unknown", old, kind="agent", archived_at=old)
+    add(6, "idle", "exited", old)  # live in this guardian (a runtime still holds it)
+    add(7, "busy", "unknown", old)
+    assert _sweep(retention, protect={"ex_6"})
+    assert sorted(catalog.get_executions([f"ex_{i}" for i in range(1, 8)])) == [
+        "ex_2", "ex_3", "ex_4", "ex_6"]
+    assert sorted({p.name.split(".")[0] for p in paths.journals.iterdir()}) == [
+        "ex_2", "ex_3", "ex_4", "ex_6"]
+    # The next sweep waits a moment (a sweep per request would cost a busy loop dearly).
+    add(8, "idle", "exited", old)
+    assert not _sweep(retention, protect=set())
+    clock.mono += PRUNE_DELAY_S
+    assert _sweep(retention, protect=set())
+    assert catalog.get_execution("ex_8") is None

@@ -120,6 +120,9 @@ class Guardian:
             base_env=process_env(),
             mode_sandbox=Capability.MODE_SANDBOX in self.capabilities,
         )
+        # Records that expired while no guardian ran go without waiting for a request (the
+        # sweep runs in batches on the loop once it serves).
+        runtime.retention.sweep_soon(runtime.live.protected)
         identity = ProcessIdentity.of(os.getpid())
         assert identity is not None
         auth = secrets.token_hex(32)

@@ -193,6 +193,9 @@ class GuardianService:
             params = self._admit(request)
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
+            # Expired records of every thread, not only the threads in use (R17): lazily,
+            # a sweep at most every second or so, in batches after this request.
+            self._rt.retention.sweep_soon(self._rt.live.protected)
             if request.method not in IMMEDIATE and request.method not in EAGER:
                 await in_task()  # a method that waits runs all of it in a task (eager.py)
             result = await self._handlers[request.method](request, params)
