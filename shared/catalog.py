@@ -577,6 +577,17 @@ class Catalog:
         ).fetchone()
         return None if row is None else _decode_row(row)
 
+    def output_figures(self, execution_id: str) -> tuple[int, int] | None:
+        """``(output_start, output_end)`` of a record as reads show it (None: no record):
+        where its journal's segments are (``shared/segments``)."""
+        row = self._db.execute(
+            "SELECT execution_id, output_start, output_end FROM executions"
+            " WHERE execution_id = ?", (execution_id,)).fetchone()
+        if row is None:
+            return None
+        record = self._overlay(dict(row))
+        return int(record["output_start"]), int(record["output_end"])
+
     def get_executions(self, execution_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         marks = ", ".join("?" for _ in execution_ids)
         rows = self._db.execute(
@@ -693,7 +704,7 @@ class Catalog:
         the expiry sweep looks at (``seq`` to go on from)."""
         rows = self._db.execute(
             # archived_at lies past the long columns (command, screen): read for agents only.
-            "SELECT seq, execution_id, status, kind, terminal_unix_ms,"
+            "SELECT seq, execution_id, status, kind, terminal_unix_ms, output_start, output_end,"
             " CASE WHEN kind = 'agent' THEN archived_at END AS archived_at FROM executions"
             " WHERE seq > ? ORDER BY seq LIMIT ?",
             (after_seq, count),

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -179,3 +180,27 @@ async def open_thread(handle: GuardianHandle, workspace: Path) -> dict[str, Any]
     thread = await handle.call("thread.open", base, timeout_s=10)
     return {**base, "thread_id": thread.thread_id}
 
+
+
+#: Directories listed while a test looks (Python's audit events: what is measured is that a
+#: directory is listed, not how long it takes). Audit hooks cannot be removed: one hook,
+#: installed by the first :func:`listings`.
+_LISTED: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _LISTED and event in ("os.scandir", "os.listdir", "glob.glob"):
+        _LISTED[-1].append(str(args[0]))
+
+
+@contextlib.contextmanager
+def listings() -> Iterator[list[str]]:
+    """The directories this process lists inside the ``with``."""
+    if not getattr(sys, "_tether_test_audit", False):
+        sys.addaudithook(_audit)
+        sys._tether_test_audit = True  # type: ignore[attr-defined]
+    _LISTED.append([])
+    try:
+        yield _LISTED[-1]
+    finally:
+        _LISTED.pop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.helpers import apoll
+from tests.helpers import apoll, listings
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import PRUNE_DELAY_S, Retention, RetentionLimits
 from tether.shared.catalog import Catalog
@@ -147,3 +147,23 @@ def test_a_sweep_drops_expired_records_of_every_thread(tmp_path: Path) -> None:
     clock.mono += PRUNE_DELAY_S
     assert _sweep(retention, protect=set())
     assert catalog.get_execution("ex_8") is None
+
+
+def test_a_prune_deletes_journals_by_name(tmp_path: Path) -> None:
+    """The records' output figures say where their segments are: no listing of the journals
+    directory (which holds every retained execution's files) unless they are not there."""
+    catalog, retention, clock, paths = _setup(tmp_path)
+    for i in (1, 2):
+        Journal(paths.journals, f"ex_{i}", new=True).append(b"x" * 10)
+        catalog.insert_execution(_record(i, "exited", output=10, terminal=clock.now))
+    Journal(paths.journals, "ex_3", new=True).append(b"x" * 10)  # figures say 0 bytes
+    catalog.insert_execution(_record(3, "exited", terminal=clock.now))
+    clock.now += 24 * 3600 * 1000 + 1
+    with listings() as listed:
+        assert retention.prune_thread("th", protect={"ex_3"}) == ["ex_1", "ex_2"]
+    assert listed == []
+    assert sorted(p.name.split(".")[0] for p in paths.journals.iterdir()) == ["ex_3"]
+    with listings() as listed:
+        assert retention.prune_thread("th", protect=set()) == ["ex_3"]
+    assert listed == [str(paths.journals)]
+    assert list(paths.journals.iterdir()) == []

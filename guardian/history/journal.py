@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tether.shared.segments import DEFAULT_RETAIN_BYTES, scan_segments, segment_path
+from tether.shared.segments import DEFAULT_RETAIN_BYTES, Figures, find_segments, segment_path
 from tether.shared.segments import Segment as _Segment
 
 __all__ = ["DEFAULT_RETAIN_BYTES", "Journal"]
@@ -29,14 +29,17 @@ class Journal:
 
     def __init__(
         self, directory: Path, execution_id: str, retain: int = DEFAULT_RETAIN_BYTES,
-        *, new: bool = False,
+        *, new: bool = False, figures: Figures | None = None,
     ) -> None:
-        """``new``: the execution was just created, so there is nothing on disk to find
-        (the scan lists the whole journals directory: not on a command's path)."""
+        """``new``: the execution was just created, so there is nothing on disk to find.
+        ``figures``: its record's ``(output_start, output_end)``, which say where its
+        segments are; without them (or when they are not there) the whole journals
+        directory is listed to find them: never on a command's path, nor a read's."""
         self.directory = directory
         self.execution_id = execution_id
         self.retain = retain
-        self._segments: list[_Segment] = [] if new else self._scan()
+        self._segments: list[_Segment] = [] if new else find_segments(
+            directory, execution_id, figures, retain)
         if not self._segments:
             self._segments.append(self._new_segment(0))
         self._fd: int | None = None
@@ -196,7 +199,3 @@ class Journal:
 
     def _new_segment(self, base: int) -> _Segment:
         return _Segment(base, self._segment_path(base), 0)
-
-    def _scan(self) -> list[_Segment]:
-        """Find existing segments (a journal reopened by a later guardian)."""
-        return scan_segments(self.directory, self.execution_id)

@@ -120,7 +120,7 @@ class Retention:
         try:
             rows = self.catalog.records_for_expiry(self._sweep_from, self.limits.sweep_batch)
             live, now = protect(), self.clock.now_ms()
-            self._delete([str(row["execution_id"]) for row in rows
+            self._delete([row for row in rows
                           if self._evictable(row, live) and self._expired(row, now)])
         except (sqlite3.Error, OSError) as exc:  # a full disk: the next sweep tries again
             log.warning("sweeping expired records failed: %s", exc)
@@ -146,7 +146,7 @@ class Retention:
         def expired(row: dict[str, Any]) -> bool:
             return self._expired(row, now)
 
-        victims = [str(r["execution_id"]) for r in rows if evictable(r) and expired(r)]
+        victims = [r for r in rows if evictable(r) and expired(r)]
         kept = [r for r in rows if not (evictable(r) and expired(r))]
 
         def size(row: dict[str, Any]) -> int:
@@ -159,11 +159,11 @@ class Retention:
             if evictable(row):
                 kept.remove(row)
                 total -= size(row)
-                victims.append(str(row["execution_id"]))
+                victims.append(row)
         # Idempotency keys only guard against repeats in flight; a day is ample.
         self.catalog.forget_results_before(now - self.limits.ttl_ms)
         self._delete(victims)
-        return victims
+        return [str(row["execution_id"]) for row in victims]
 
     @staticmethod
     def _evictable(row: dict[str, Any], protect: Set[str]) -> bool:
@@ -176,7 +176,10 @@ class Retention:
         terminal_at = row["terminal_unix_ms"]
         return isinstance(terminal_at, int) and now - terminal_at > self.limits.ttl_ms
 
-    def _delete(self, victims: list[str]) -> None:
+    def _delete(self, victims: list[dict[str, Any]]) -> None:
+        """Delete these records (rows with their output figures) and their journals."""
         if victims:
-            delete_segments(self.paths.journals, victims)
-            self.catalog.delete_executions(victims)
+            delete_segments(self.paths.journals, {
+                str(row["execution_id"]): (int(row["output_start"]), int(row["output_end"]))
+                for row in victims})
+            self.catalog.delete_executions([str(row["execution_id"]) for row in victims])

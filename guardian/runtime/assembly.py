@@ -58,7 +58,7 @@ class Runtime:
         notifier = ChangeNotifier()
         # Waiters want persisted changes: whichever commit writes a staged end wakes them.
         catalog.on_staged_written = notifier.notify
-        live = LiveTable(paths.journals)
+        live = LiveTable(paths.journals, catalog.output_figures)
         retention = Retention(catalog, paths, clock)
         finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier)
         threads = Threads(scope=scope, catalog=catalog, paths=paths, clock=clock,

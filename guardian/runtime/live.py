@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from tether.guardian.history.journal import Journal
 from tether.guardian.history.records import record_view
 from tether.guardian.runtime.pty import PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
+from tether.shared.segments import Figures
 
 
 @dataclass(eq=False)
@@ -49,8 +50,13 @@ class LiveExecution:
 class LiveTable:
     """The executions running in this guardian, by id. Only starting and finishing change it."""
 
-    def __init__(self, journals: Path) -> None:
+    def __init__(
+        self, journals: Path, figures: Callable[[str], Figures | None] | None = None,
+    ) -> None:
+        """``figures``: a record's output figures by execution id (the catalog's), which
+        find an ended execution's journal without listing the journals directory."""
         self._journals = journals
+        self._figures = figures
         self._live: dict[str, LiveExecution] = {}
 
     def add(self, live: LiveExecution) -> None:
@@ -79,7 +85,10 @@ class LiveTable:
     def journal(self, execution_id: str) -> Journal:
         """The execution's journal: the open one while it runs, else one opened to read."""
         live = self._live.get(execution_id)
-        return live.journal if live is not None else Journal(self._journals, execution_id)
+        if live is not None:
+            return live.journal
+        figures = self._figures(execution_id) if self._figures is not None else None
+        return Journal(self._journals, execution_id, figures=figures)
 
     def view(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record as clients see it, with live output figures if it still runs."""

@@ -47,7 +47,7 @@ class Results:
     ) -> ExecResult:
         """Record, rendered output tail, and the thread's current cwd. ``was_live``: the
         execution's live entry from before a wait, whose journal stays readable after the
-        end (opening the journal afresh would list the journals directory).
+        end (opening the journal afresh would look its segments up again).
 
         ``sent``: the reply goes out as it is (Result.built: assembled from the guardian's
         own rows, checked by the front-end's read_result), not checked here a first time.
