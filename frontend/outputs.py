@@ -97,6 +97,7 @@ class TurnData(TypedDict):
 class ListData(TypedDict):
     executions: list[Nested]
     catalog_cursor: NotRequired[int | None]
+    next_before: NotRequired[int | None]
 
 
 class GetData(TypedDict):

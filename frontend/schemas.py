@@ -47,6 +47,7 @@ from tether.protocol.methods import (
     InputText,
     ItemCursor,
     LabelValue,
+    ListBefore,
     PromptText,
     check_cursor,
 )
@@ -189,9 +190,14 @@ class ObserveItemArgs(ToolArgs):
     cursor: ItemCursor | None = None
 
 
+#: Where the next, older page of a listing starts (the previous page's ``next_before``).
+BEFORE_DESCRIPTION = "the next_before of the previous page: its older records"
+
+
 class ListAction(ToolArgs):
     type: Literal["list"]
     limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT)
+    before: ListBefore | None = Field(default=None, description=BEFORE_DESCRIPTION)
 
 
 class GetAction(ToolArgs):
@@ -293,6 +299,7 @@ class AgentArgs(ToolArgs):
     # list / notifications
     parent: Id | None = Field(default=None, description="list/notifications: the parent execution")
     include_archived: bool = False
+    before: ListBefore | None = Field(default=None, description=f"list: {BEFORE_DESCRIPTION}")
 
 
 def wire_cursor(after: int | str | None) -> str | None:

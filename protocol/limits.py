@@ -55,6 +55,12 @@ MAX_OFFSET = 2**53
 
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 128
+#: A listed record carries the first this many characters of its command (``get`` has it
+#: whole): 128 records of 64 KiB commands and 64 KiB screens made a reply no frame holds.
+LIST_COMMAND_CHARS = 1024
+#: A listing stops before its records pass this many bytes (then ``next_before`` goes on):
+#: room under the frame limit for the envelope, and for what the front-end adds per record.
+LIST_REPLY_BYTES = 3 * 1024 * 1024
 #: Pages of ``exec.read`` and of each ``exec.observe`` item.
 MIN_PAGE_BYTES, MAX_PAGE_BYTES = 4, 64 * 1024
 DEFAULT_PAGE_BYTES = 16 * 1024

@@ -231,10 +231,15 @@ class ExecScreenParams(Scoped):
     lines: int | None = Field(default=None, ge=1, le=MAX_ROWS)
 
 
+#: A listing's ``next_before``, sent back for the next, older page (``list_pages``).
+ListBefore = Annotated[int, Field(ge=1, le=MAX_OFFSET)]
+
+
 class ExecListParams(Scoped):
     limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT)
     kind: Literal["command", "background", "agent"] | None = None
     agents_only: bool = False  # executions running a known agent CLI (or launched as agents)
+    before: ListBefore | None = None
 
 
 class ExecGetParams(Scoped):
@@ -434,6 +439,7 @@ class AgentListParams(AgentScoped):
     parent: ExecutionId | None = None
     include_archived: bool = False
     limit: int = Field(default=DEFAULT_AGENT_LIST, ge=1, le=MAX_AGENT_LIST)
+    before: ListBefore | None = None
 
 
 class AgentNotificationsParams(AgentScoped):

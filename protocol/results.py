@@ -139,6 +139,8 @@ class ExecutionRecord(Result):
     recovery: RecoveryAdvice | None = None
     rows: int | None = None
     cols: int | None = None
+    #: In a listing: ``command`` is its first LIST_COMMAND_CHARS characters (get has it all).
+    command_truncated: bool | None = None
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -359,8 +361,12 @@ class ScreenResult(Result):
 
 
 class ListResult(Result):
+    """Records newest first, each in short (no ``screen_text``, the command cut); with
+    ``next_before`` when older ones remain (beyond ``limit``, or past LIST_REPLY_BYTES)."""
+
     executions: list[ExecutionRecord]
     catalog_cursor: int
+    next_before: int | None = None
 
 
 class ExecutionEvent(Result):
@@ -599,8 +605,11 @@ class AgentCancelResult(Result):
 
 
 class AgentListResult(Result):
+    """As :class:`ListResult`, over the workspace's managed agents."""
+
     agents: list[AgentRecord]
     catalog_cursor: int | None = None
+    next_before: int | None = None
 
 
 class AgentNotificationsResult(Result):

@@ -33,6 +33,9 @@ class Capability(StrEnum):
     #: The guardian refuses a line longer than the kernel's line buffer (4095 bytes) typed
     #: into a terminal in cooked mode, instead of letting the kernel cut it.
     LINE_LIMITS = "line_limits"
+    #: ``before`` on exec.list and agent.list: the next, older page of a listing (an older
+    #: guardian ignores the parameter and would answer with the newest page again).
+    LIST_PAGES = "list_pages"
 
 
 class Version(NamedTuple):
@@ -64,6 +67,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     4: frozenset({Capability.THREAD_MODES}),
     5: frozenset({Capability.AGENT_LIFECYCLE}),
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
+    7: frozenset({Capability.LIST_PAGES}),
 }
 
 

@@ -71,11 +71,15 @@ class AgentStore:
 
     def list_agents(
         self, principal: str, workspace_root: str, *, parent: str | None = None,
-        include_archived: bool = False, limit: int = 100,
+        include_archived: bool = False, limit: int = 100, before: int | None = None,
     ) -> list[dict[str, Any]]:
-        """The workspace's agents (whichever thread launched them), newest first."""
+        """The workspace's agents (whichever thread launched them), newest first; ``before``:
+        only those older than that ``seq`` (the next page of a listing)."""
         query = "SELECT * FROM executions WHERE kind = 'agent' AND principal = ? AND workspace_root = ?"
         args: list[Any] = [principal, workspace_root]
+        if before is not None:
+            query += " AND seq < ?"
+            args.append(before)
         if parent is not None:
             query += " AND parent_execution_id = ?"
             args.append(parent)

@@ -597,16 +597,20 @@ class Catalog:
 
     def list_executions(
         self, thread_id: str, limit: int, kind: str | None = None, *,
-        runs_agent: Callable[[str], bool] | None = None,
+        runs_agent: Callable[[str], bool] | None = None, before: int | None = None,
     ) -> list[dict[str, Any]]:
         """This thread's records, newest first.
 
         ``runs_agent``: only managed agents (kind ``agent``) and records whose command it
         accepts (an agent CLI typed as a command). The query filters before its LIMIT: kept
-        after it, an agent behind ``limit`` newer commands was never listed.
+        after it, an agent behind ``limit`` newer commands was never listed. ``before``: only
+        records older than that ``seq`` (the next page of a listing).
         """
         query = "SELECT * FROM executions WHERE thread_id = ?"
         args: list[Any] = [thread_id]
+        if before is not None:
+            query += " AND seq < ?"
+            args.append(before)
         if kind is not None:
             query += " AND kind = ?"
             args.append(kind)

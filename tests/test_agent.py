@@ -253,7 +253,8 @@ async def test_an_agent_cli_stays_listed_behind_newer_commands(
 ) -> None:
     """Agent.list keeps agents before it applies ``limit``: a running ``codex`` behind 20
     newer commands is listed with the default limit and with limit 1 (the limit used to
-    apply to the thread's newest records first, and the agent fell out of every list)."""
+    apply to the thread's newest records first, and the agent fell out of every list); and
+    ``next_before`` pages to older agents."""
     codex = tmp_path / "bin" / "codex"
     codex.parent.mkdir()
     codex.write_text("#!/bin/sh\nsleep 60\n")
@@ -271,5 +272,15 @@ async def test_an_agent_cli_stays_listed_behind_newer_commands(
 
         assert await listed() == [eid]
         assert await listed(limit=1) == [eid]
-        await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
-                                     "execution_id": eid})
+        # Pages, as Execution's list: a second agent first, then next_before to the older.
+        newer = (await bash(client, session, {"type": "command", "command": f"{codex} again",
+                                              "is_background": True}, wait=0))["execution_id"]
+        first = (await agent(client, session, {"action": "list", "limit": 1}))["data"]
+        assert [r["execution_id"] for r in first["executions"]] == [newer]
+        older = (await agent(client, session, {"action": "list", "limit": 1,
+                                               "before": first["next_before"]}))["data"]
+        assert [r["execution_id"] for r in older["executions"]] == [eid]
+        assert "next_before" not in older
+        for target in (eid, newer):
+            await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                         "execution_id": target})

@@ -75,6 +75,18 @@ async def test_front_end_against_each_guardian_version(
                                                   "execution_id": fake["execution_id"]})
             assert "hello" not in screen["screen"]["text"]
             assert not log.exists() or log.read_text() == ""
+        # A page of a listing: an older guardian would ignore ``before`` and answer with the
+        # newest page again, so the front-end refuses it (its lists are unpaged, as before).
+        paged = {"type": "list", "limit": 1, "before": 2**40}
+        if expected != LATEST:
+            missing = await execution(client, session, paged, expect_error=True)
+            assert missing["code"] == "capability_missing"
+            assert missing["data"]["capability"] == "list_pages"
+            assert missing["data"]["input_sent"] is False
+        else:
+            page = (await execution(client, session, paged))["data"]
+            assert page["executions"][0]["execution_id"] == fake["execution_id"]
+            assert page["next_before"]
         change = {"type": "change_mode", "workspace_root": str(workspace),
                   "thread_id": session["thread_id"], "mode": "architect"}
         if expected in ("1.0", "1.1", "1.2", "1.3"):

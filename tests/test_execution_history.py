@@ -16,9 +16,11 @@ from mcp import Client
 from mcp.types import TextContent
 
 from tests.conftest import stdio_params
-from tests.helpers import apoll
+from tests.helpers import apoll, guardian_thread
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
-from tether.guardian.history.records import COMPACT_FIELDS
+from tether.guardian.history.records import COMPACT_FIELDS, list_page, list_view
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import LIST_COMMAND_CHARS
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -60,24 +62,57 @@ async def test_a_long_results_tail_starts_at_a_whole_line_at_output_start(
     assert out["output"].splitlines() == lines[first_shown:]
 
 
-async def test_a_list_too_large_for_one_reply_is_refused_at_once(
-    client: Client, workspace: Path,
-) -> None:
-    """Records with long commands can add up past the reply's frame limit: the list is refused
-    with limit_exceeded saying to ask for less, at once (it used to be dropped on the way and
-    reported, 12 s later, as a hung guardian to restart)."""
-    session = await initialize(client, workspace)
+async def test_a_list_of_long_commands_fits_and_pages(tether_env: Config, workspace: Path) -> None:
+    """Listed records are short (the command's first LIST_COMMAND_CHARS characters, no
+    screen): 128 records of 64 KiB commands made a reply over the frame limit, refused with
+    limit_exceeded though the limit was legal, and nothing could list the older ones.
+    ``next_before`` pages to them."""
     long = ": " + "z" * 65_000  # within the 64 KiB command limit
-    for _ in range(70):
-        await bash(client, session, {"type": "command", "command": long, "is_background": True},
-                   wait=0)
-    started = time.monotonic()
-    refused = await execution(client, session, {"type": "list", "limit": 128}, expect_error=True)
-    assert time.monotonic() - started < 5
-    assert refused["code"] == "limit_exceeded" and "smaller limit" in refused["message"]
-    assert refused["data"]["reply_bytes"] > refused["data"]["limit_bytes"]
-    fewer = await execution(client, session, {"type": "list", "limit": 20})
-    assert len(fewer["data"]["executions"]) == 20
+    async with Client(stdio_params()) as client:
+        session = await initialize(client, workspace)
+        ids = [(await bash(client, session, {"type": "command", "command": f"{long} {i}",
+                                              "is_background": True}, wait=0))["execution_id"]
+               for i in range(70)]
+        newest_first = ids[::-1]
+        listed = (await execution(client, session, {"type": "list", "limit": 128}))["data"]
+        assert [r["execution_id"] for r in listed["executions"]] == newest_first
+        assert "next_before" not in listed
+        for record in listed["executions"]:
+            assert record["command"] == long[:LIST_COMMAND_CHARS]
+            assert record["command_truncated"] is True and "screen_text" not in record
+        whole = (await execution(client, session, {"type": "get", "execution_id": ids[0]}))
+        assert whole["data"]["execution"]["command"] == f"{long} 0"
+        pages: list[list[str]] = []
+        before = None
+        while True:
+            action: dict[str, Any] = {"type": "list", "limit": 30}
+            if before is not None:
+                action["before"] = before
+            page = (await execution(client, session, action))["data"]
+            pages.append([r["execution_id"] for r in page["executions"]])
+            before = page.get("next_before")
+            if before is None:
+                break
+        assert [len(p) for p in pages] == [30, 30, 10]
+        assert list(itertools.chain(*pages)) == newest_first
+        short = (await run(client, session, "echo short"))["execution_id"]
+        first = (await execution(client, session, {"type": "list", "limit": 1}))["data"]
+        [record] = first["executions"]
+        assert record["execution_id"] == short and record["command"] == "echo short"
+        assert "command_truncated" not in record and first["next_before"]
+    # What still lists whole records (a person's workspace listing) is refused at once with
+    # limit_exceeded when they outgrow a reply (it used to be dropped on the way and reported,
+    # 12 s later, as a hung guardian to restart).
+    async with guardian_thread(tether_env, workspace) as (handle, _):
+        started = time.monotonic()
+        with pytest.raises(TetherError) as refused:
+            await handle.call("workspace.list", {"principal": "local",
+                                                 "workspace_root": str(workspace),
+                                                 "limit": 1000}, timeout_s=30)
+        assert time.monotonic() - started < 5
+    assert refused.value.code == ErrorCode.LIMIT_EXCEEDED
+    assert "smaller limit" in refused.value.message
+    assert refused.value.data["reply_bytes"] > refused.value.data["limit_bytes"]
 
 
 async def test_pages_end_on_utf8_boundaries(client: Client, workspace: Path) -> None:
@@ -234,3 +269,18 @@ async def test_expired_records_of_an_idle_thread_are_pruned(
                                expect_error=True)
         assert gone["code"] == "not_found"
         assert row(kept) is not None
+
+
+def test_a_page_ends_before_its_records_outgrow_a_reply() -> None:
+    """Records a listing does not cut (a managed agent's labels and argv) stop a page early,
+    never below one record, with ``next_before`` where the next page starts."""
+    records = [{"execution_id": f"ex_{seq}", "seq": seq, "command": "c",
+                "labels": {"k": "v" * 1000}} for seq in (9, 8, 7, 6)]
+    views, next_before = list_page(records, 3, lambda r: list_view(r, None), budget=2500)
+    assert [v["execution_id"] for v in views] == ["ex_9", "ex_8"] and next_before == 8
+    views, next_before = list_page(records, 3, lambda r: list_view(r, None), budget=10)
+    assert [v["execution_id"] for v in views] == ["ex_9"] and next_before == 9
+    views, next_before = list_page(records[:3], 3, lambda r: list_view(r, None))
+    assert len(views) == 3 and next_before is None  # all there: nothing older
+    views, next_before = list_page(records, 3, lambda r: list_view(r, None))
+    assert len(views) == 3 and next_before == 7  # the fourth says older ones remain

@@ -18,9 +18,9 @@ from tether.frontend.modes import Guard, check_agent_action, send_checked
 from tether.frontend.outputs import AGENT_OUTPUT
 from tether.frontend.schemas import AgentArgs, wire_cursor
 from tether.frontend.tools.agent_lifecycle import agent_line, need_arg, run_lifecycle
-from tether.frontend.tools.base import Progress, Session, Tool
+from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import MAX_LIST_LIMIT, RPC_SLACK_S
+from tether.protocol.limits import LIST_COMMAND_CHARS, MAX_LIST_LIMIT, RPC_SLACK_S
 from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
 from tether.protocol.results import ExplainResult, GetResult, Recognition, Result
 from tether.protocol.versions import Capability
@@ -32,7 +32,10 @@ class AgentTool(Tool):
         "Run and observe coding agents (Claude Code, Codex, any interactive program) in their "
         "own terminals, and prompt them exactly once. Managed agents belong to the workspace: "
         "launch {provider, argv?, title?, labels?, auto_archive?, notify_on_finish?}, list "
-        "{parent?, include_archived?}, get, close, resume, archive (cascades to its children), "
+        "{parent?, include_archived?, before?} (records in short, as Execution's list: the "
+        f"command's first {LIST_COMMAND_CHARS} characters, no screen_text; next_before pages "
+        "on, and a record may show on two pages), get, close, resume, archive (cascades to "
+        "its children), "
         "unarchive, cancel (waits for the program to acknowledge), label {labels}, "
         "notifications {parent?, after?}. Also read {target, source, cursor}, explain, wait "
         "{target, prompt_id? | events?} and prompt {target, prompt_id, text}: a prompt is typed "
@@ -74,18 +77,32 @@ class AgentTool(Tool):
             return _summary(explained.recognition)
 
         if args.action == "list":
+            page: dict[str, Any] = {}
+            if args.before is not None:
+                await require_list_pages(session, root)
+                page["before"] = args.before
             data = await call(root, "exec.list", {**scope, "limit": min(args.limit, MAX_LIST_LIMIT),
-                                                  "agents_only": True}, timeout_s=RPC_SLACK_S)
+                                                  "agents_only": True, **page},
+                              timeout_s=RPC_SLACK_S)
             for record in data["executions"]:
                 record["recognition"] = await recognition(record["execution_id"])
             lines = [f"{r['execution_id']} {r['status']} {_state_text(r['recognition'])} "
                      f"{r['command'][:80]}" for r in data["executions"]]
             if await _has_lifecycle(session, root):
                 # The workspace's managed agents too, whichever thread launched them.
-                managed = await call(root, "agent.list", {**scope, "limit": args.limit},
+                managed = await call(root, "agent.list", {**scope, "limit": args.limit, **page},
                                      timeout_s=RPC_SLACK_S)
                 data["agents"] = managed["agents"]
                 lines += [agent_line(a) for a in managed["agents"]]
+                # One position pages both lists: the newer of their two ends, so that neither
+                # skips a record (the other may show some again).
+                ends = [end for end in (data.get("next_before"), managed.get("next_before"))
+                        if end is not None]
+                data.pop("next_before", None)
+                if ends:
+                    data["next_before"] = max(ends)
+            if data.get("next_before") is not None:
+                lines.append(f"(older records: list with before={data['next_before']})")
             return results.ok(data, "\n".join(lines) or "no agents")
         target = need_arg(args.target, "target", args.action)
         if args.action == "get":

@@ -86,10 +86,17 @@ async def run_lifecycle(
     handle.require(Capability.AGENT_LIFECYCLE)  # before resolving or sending anything
     action = args.action
     if action == "list":
+        page = {}
+        if args.before is not None:
+            handle.require(Capability.LIST_PAGES)  # an older guardian would ignore it
+            page["before"] = args.before
         data = (await locator.call(root, "agent.list", {
             **scope, "parent": args.parent, "include_archived": args.include_archived,
-            "limit": args.limit}, timeout_s=RPC_SLACK_S)).wire()
-        return results.ok(data, "\n".join(agent_line(a) for a in data["agents"]) or "no agents")
+            "limit": args.limit, **page}, timeout_s=RPC_SLACK_S)).wire()
+        lines = [agent_line(a) for a in data["agents"]]
+        if data.get("next_before") is not None:
+            lines.append(f"(older agents: list with before={data['next_before']})")
+        return results.ok(data, "\n".join(lines) or "no agents")
     if action in ("notifications", "wait"):
         return await _notifications(session, args, root, scope)
     if action == "launch":

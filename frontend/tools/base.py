@@ -15,6 +15,7 @@ from tether.frontend.authority import LOCAL, Caller
 from tether.frontend.guardians import GuardianLocator
 from tether.frontend.lineage import Lineage
 from tether.protocol.methods import ModeSpec
+from tether.protocol.versions import Capability
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -102,3 +103,10 @@ class Tool(ABC):
     @abstractmethod
     async def run(self, session: Session, args: Any, progress: Progress) -> types.CallToolResult:
         """Carry out one validated call."""
+
+
+async def require_list_pages(session: Session, root: str) -> None:
+    """A listing's ``before`` goes only to a guardian that pages listings: an older one
+    ignores the parameter and would answer with the newest page again (``capability_missing``
+    instead, nothing sent)."""
+    (await session.locator.handle(root)).require(Capability.LIST_PAGES)

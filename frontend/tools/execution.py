@@ -16,9 +16,9 @@ from tether.frontend.schemas import (
     WaitAction,
     wire_cursor,
 )
-from tether.frontend.tools.base import Progress, Session, Tool
+from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
 from tether.protocol.errors import ErrorCode
-from tether.protocol.limits import RPC_SLACK_S
+from tether.protocol.limits import LIST_COMMAND_CHARS, RPC_SLACK_S
 from tether.protocol.results import (
     ExplainResult,
     GetResult,
@@ -32,10 +32,13 @@ from tether.protocol.results import (
 class ExecutionTool(Tool):
     name = "Execution"
     description = (
-        "Look back at what ran in this thread (read-only). action.type: list {limit}, get "
-        "{execution_id}, read {execution_id, source: output|screen|detection, page_bytes, "
+        "Look back at what ran in this thread (read-only). action.type: list {limit, before}, "
+        "get {execution_id}, read {execution_id, source: output|screen|detection, page_bytes, "
         "cursor}, observe {items (1-32), timeout_seconds}, wait {execution_ids, after, events, "
-        "timeout_seconds}."
+        "timeout_seconds}. list gives records newest first, in short: the command's first "
+        f"{LIST_COMMAND_CHARS} characters (command_truncated: true when cut) and no "
+        "screen_text (get has the whole record); next_before, when older records remain, "
+        "is the before of the next page."
     )
     args_model = ExecutionArgs
     output_schema = EXECUTION_OUTPUT
@@ -50,10 +53,15 @@ class ExecutionTool(Tool):
         action = args.action
         call = session.locator.call
         if isinstance(action, ListAction):
-            listed: ListResult = await call(root, "exec.list", {**scope, "limit": action.limit},
-                                            timeout_s=RPC_SLACK_S)
+            params = {**scope, "limit": action.limit}
+            if action.before is not None:
+                await require_list_pages(session, root)
+                params["before"] = action.before
+            listed: ListResult = await call(root, "exec.list", params, timeout_s=RPC_SLACK_S)
             lines = [f"{r.execution_id} {r.status} {r.exit_code} {(r.command or '')[:80]}"
                      for r in listed.executions]
+            if listed.next_before is not None:
+                lines.append(f"(older records: list with before={listed.next_before})")
             return results.ok(listed.wire(), "\n".join(lines) or "no executions yet")
         if isinstance(action, GetAction):
             got: GetResult = await call(root, "exec.get",

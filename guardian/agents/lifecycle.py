@@ -23,6 +23,7 @@ from tether.guardian.agents.recognize import default_rule_sets, pick_recognizer
 from tether.guardian.agents.runtime import AgentRuntimes, Stopping
 from tether.guardian.agents.tree import Tree
 from tether.guardian.agents.turns import recognize_record
+from tether.guardian.history.records import list_page
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.terminal.keys import key_bytes
 from tether.protocol.envelope import Request
@@ -339,10 +340,14 @@ class AgentLifecycle:
         with self.rt.catalog.snapshot():
             records = self.store.list_agents(
                 params.principal, params.workspace_root, parent=params.parent,
-                include_archived=params.include_archived, limit=params.limit)
+                include_archived=params.include_archived, limit=params.limit + 1,
+                before=params.before)
             cursor = self.rt.catalog.change_seq()
-        return AgentListResult.model_validate(
-            {"agents": [self.view(r) for r in records], "catalog_cursor": cursor})
+        agents, next_before = list_page(records, params.limit, self.rt.live.listed)
+        listed: dict[str, Any] = {"agents": agents, "catalog_cursor": cursor}
+        if next_before is not None:
+            listed["next_before"] = next_before
+        return AgentListResult.model_validate(listed)
 
     async def get(self, request: Request, params: AgentTargetParams) -> AgentGetResult:
         record = self.agent(params, params.execution_id)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.recognize import pick_recognizer
 from tether.guardian.agents.turns import recognize_record
+from tether.guardian.history.records import list_page
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecGetParams, ExecListParams, ExecScreenParams, ThreadOpenParams
@@ -109,13 +110,15 @@ class Inspector:
         self._scope.thread_for(params)
         self._retention.prune_stale(params.thread_id, protect=self._live.protected())
         records = self._catalog.list_executions(
-            params.thread_id, params.limit, kind=params.kind,
-            runs_agent=_runs_agent_cli if params.agents_only else None)
+            params.thread_id, params.limit + 1, kind=params.kind,
+            runs_agent=_runs_agent_cli if params.agents_only else None, before=params.before)
+        views, next_before = list_page(records, params.limit, self._live.listed)
+        listed: dict[str, Any] = {"executions": views,
+                                  "catalog_cursor": self._catalog.change_seq()}
+        if next_before is not None:
+            listed["next_before"] = next_before
         # Sent as built (the front-end checks every reply): see Result.built.
-        return ListResult.built({
-            "executions": [self._live.view(r) for r in records],
-            "catalog_cursor": self._catalog.change_seq(),
-        })
+        return ListResult.built(listed)
 
     async def get_record(self, request: Request, params: ExecGetParams) -> GetResult:
         self._scope.thread_for(params)

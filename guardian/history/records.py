@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import msgpack
 
 from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.render import render_output
+from tether.protocol.limits import LIST_COMMAND_CHARS, LIST_REPLY_BYTES
 from tether.protocol.results import CompactRecord
 from tether.shared.catalog import AGENT_COLUMNS
 
@@ -30,6 +34,48 @@ def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str,
     """
     hidden = _HIDDEN if record.get("kind") == "agent" else _HIDDEN_UNLESS_AGENT
     return _with_live_figures({k: v for k, v in record.items() if k not in hidden}, live)
+
+
+def list_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+    """The record as a listing carries it: without ``screen_text`` and with the first
+    :data:`LIST_COMMAND_CHARS` characters of its command (``command_truncated`` says so).
+    Whole, 128 records of long commands and screens made a reply no frame could hold; the
+    whole record is one ``get`` away."""
+    view = record_view(record, live)
+    view.pop("screen_text", None)
+    command = view.get("command")
+    if isinstance(command, str) and len(command) > LIST_COMMAND_CHARS:
+        view["command"] = command[:LIST_COMMAND_CHARS]
+        view["command_truncated"] = True
+    return view
+
+
+def list_page(
+    records: list[dict[str, Any]], limit: int, view: Callable[[dict[str, Any]], dict[str, Any]],
+    budget: int = LIST_REPLY_BYTES,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The listed views of up to ``limit`` of ``records`` (newest first, read with one more
+    than ``limit`` to see whether older ones remain), and ``next_before``: the position to
+    go on from when older ones remain, None when none does.
+
+    The page also ends before its views pass ``budget`` bytes (a managed agent's labels and
+    argv are not cut): it holds at least one record, and a legal request never fails on the
+    reply's size.
+    """
+    views: list[dict[str, Any]] = []
+    room = budget
+    more = len(records) > limit
+    last: int | None = None
+    for record in records[:limit]:
+        shown = view(record)
+        size = len(msgpack.packb(shown))
+        if views and size > room:
+            more = True
+            break
+        room -= size
+        views.append(shown)
+        last = int(record["seq"])
+    return views, last if more else None
 
 
 #: The figures of a record that ``exec.observe`` repeats per item.

@@ -43,7 +43,7 @@ IMPLEMENTED = frozenset({
     Capability.RECOGNITION, Capability.PROMPT_RECEIPTS, Capability.PERSON_VIEW,
     Capability.THREAD_MODES,
     Capability.AGENT_LIFECYCLE,
-    Capability.MODE_SANDBOX, Capability.LINE_LIMITS,
+    Capability.MODE_SANDBOX, Capability.LINE_LIMITS, Capability.LIST_PAGES,
 })
 
 #: How often the guardian checks that its socket file is still its own.

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.guardian.history.journal import Journal
-from tether.guardian.history.records import record_view
+from tether.guardian.history.records import list_view, record_view
 from tether.guardian.runtime.pty import PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
 from tether.shared.segments import Figures
@@ -93,6 +93,10 @@ class LiveTable:
     def view(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record as clients see it, with live output figures if it still runs."""
         return record_view(record, self._live.get(record["execution_id"]))
+
+    def listed(self, record: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`view` in short, as listings carry records (``records.list_view``)."""
+        return list_view(record, self._live.get(record["execution_id"]))
 
     def hangup_all(self) -> None:
         for live in self:
