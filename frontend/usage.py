@@ -14,6 +14,10 @@ are written: never command or prompt text, output, cursors, tokens, ids of recor
 A ``tool_started`` without its ``tool_call`` means completion was not observed (a killed
 process, a cancelled call, a rotation in between), not that the call is still running.
 
+Logging never changes a call: whatever the arguments (unhashable, non-finite, of any type),
+they classify as ``other`` or ``unknown``, and a failure inside the logging code is said once
+on stderr and leaves the call's result as it was.
+
 Phases are found through a context variable, so code deep in a call (the guardian locator)
 can mark one without the tools passing a recorder around; outside a recorded call
 :func:`phase` does nothing.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import logging
 import os
 import secrets
 import time
@@ -32,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.protocol.limits import DEFAULT_WAIT_MS, MAX_INPUT_WAIT_MS
+from tether.protocol.limits import DEFAULT_WAIT_MS, MAX_INPUT_WAIT_MS, MAX_WAIT_MS
 
 if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): keep it light
     import mcp_types as types
@@ -50,6 +55,8 @@ PHASES = ("validation", "admission", "catalog", "runtime_capture", "prompt_rpc",
 WORKFLOW_TOOLS = frozenset({"Execution", "Agent"})
 #: BashCommand actions that consume ``wait_for_seconds`` (screen and wait_for_turn do not).
 WAITING_ACTIONS = frozenset({"command", "status_check", "send_text", "send_keys"})
+
+log = logging.getLogger(__name__)
 
 _current: contextvars.ContextVar[CallRecorder | None] = contextvars.ContextVar(
     "tether_usage_call", default=None
@@ -71,9 +78,23 @@ class UsageFile:
         self.max_bytes = max_bytes
         self._fd: int | None = None
         self._ino: int | None = None
+        self._warned: set[str] = set()
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """Say ``message`` on stderr the first time something of ``kind`` goes wrong: a
+        broken log must not flood the log of the server it serves, nor go unnoticed."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("%s", message)
 
     def write(self, event: Mapping[str, Any]) -> None:
-        line = json.dumps(event, separators=(",", ":"), sort_keys=True) + "\n"
+        try:
+            line = json.dumps(event, separators=(",", ":"), sort_keys=True,
+                              allow_nan=False) + "\n"
+        except (TypeError, ValueError) as exc:  # a bug here: the call goes on without its line
+            self.warn_once("encode", f"usage log {self.path}: an event could not be written "
+                           f"({exc}); tool calls are not affected; please report this")
+            return
         try:
             fd = self._open()
             os.write(fd, line.encode())
@@ -229,14 +250,15 @@ class UsageLog:
         run: Callable[[], Awaitable[types.CallToolResult]],
     ) -> types.CallToolResult:
         """Run one tool call, logging it when the log is enabled."""
-        if self.sink is None:
+        sink = self.sink
+        if sink is None:
             return await run()
-        args = dict(arguments or {})
+        args = dict(arguments) if isinstance(arguments, Mapping) else {}
         call_id = secrets.token_hex(8)
         base = {"usage_call_id": call_id, "usage_schema": USAGE_SCHEMA,
-                **classify(tool, args)}
-        self.sink.write({"event": "tool_started", "ts_unix_ms": self.wall_ms(), **base})
-        recorder = CallRecorder(self.sink, call_id, self.clock)
+                **(self._safely(classify, tool, args) or UNCLASSIFIED)}
+        sink.write({"event": "tool_started", "ts_unix_ms": self.wall_ms(), **base})
+        recorder = CallRecorder(sink, call_id, self.clock)
         token = _current.set(recorder)
         start = self.clock()
         result: types.CallToolResult | None = None
@@ -253,9 +275,22 @@ class UsageLog:
             }
             if recorder.truncated:
                 event["phases_truncated"] = True
-            event.update(outcome_fields(result))
-            event.update(workflow_fields(tool, args, result))
-            self.sink.write(event)
+            event.update(self._safely(outcome_fields, result) or {"outcome": "unknown"})
+            event.update(self._safely(workflow_fields, tool, args, result) or {})
+            sink.write(event)
+
+    def _safely(self, fields: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
+        """``fields(*args)``, or None (said once on stderr) if it raises: a bug in the
+        logging code costs the log a detail, never the call its result."""
+        try:
+            return fields(*args)
+        except Exception as exc:
+            assert self.sink is not None
+            self.sink.warn_once(f"fields:{fields.__name__}", (
+                f"usage log: {fields.__name__} failed ({type(exc).__name__}: {exc}); the "
+                "tool calls are not affected, their log lines lack these fields; please "
+                "report this"))
+            return None
 
 
 def _action_json(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -292,6 +327,8 @@ ACTIONS: dict[str, frozenset[str]] = {
                         "resume", "archive", "unarchive", "cancel", "label", "notifications"}),
 }
 BACKENDS = frozenset({"native", "herdr"})
+#: What a call is logged as when even its classification failed.
+UNCLASSIFIED = {"tool": "other", "action": "unknown", "backend": "unknown"}
 _SAFE_WORD = frozenset("abcdefghijklmnopqrstuvwxyz_")
 
 
@@ -305,13 +342,14 @@ def _word(value: Any) -> str | None:
 def _known(value: Any, vocabulary: frozenset[str]) -> str:
     if value is None:
         return "unknown"
-    return value if value in vocabulary else "other"
+    # Only a string is looked up: a list or a dict from the client is unhashable.
+    return value if isinstance(value, str) and value in vocabulary else "other"
 
 
 def classify(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Tool, action and backend: finite classifications only."""
+    """Tool, action and backend: finite classifications only (never raises)."""
     if tool not in ACTIONS:
-        return {"tool": "other", "action": "unknown", "backend": "unknown"}
+        return dict(UNCLASSIFIED)
     backend = _known(args.get("backend", "native"), BACKENDS) if tool == "Agent" else "native"
     return {"tool": tool, "action": _known(_action_of(tool, args), ACTIONS[tool]),
             "backend": backend}
@@ -343,7 +381,7 @@ def workflow_fields(
 ) -> dict[str, Any]:
     """Counters that say what a call did, without saying what it was about."""
     fields: dict[str, Any] = {}
-    action = _action_of(tool, args)
+    action = _known(_action_of(tool, args), ACTIONS.get(tool, frozenset()))
     data: dict[str, Any] = {}
     if result is not None and isinstance(result.structured_content, dict):
         raw = result.structured_content.get("data")
@@ -383,7 +421,8 @@ def _wait_fields(
     fields: dict[str, Any] = {}
     if isinstance(requested, int | float) and not isinstance(requested, bool):
         fields["requested_wait_policy"] = "explicit"
-        fields["requested_wait_ms"] = int(requested * 1000)
+        if 0 <= requested <= MAX_WAIT_MS / 1000:  # else refused (and maybe not finite)
+            fields["requested_wait_ms"] = int(requested * 1000)
     else:
         fields["requested_wait_policy"] = "default"
     # The allowance is unknown when the call failed before routing (bad arguments).

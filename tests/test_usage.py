@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import stat
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.stdio import stdio_client
 
+from tests.conftest import stdio_params
 from tests.mcp_helpers import bash, call, call_error, execution, initialize
 from tether.frontend.person.report import build_report
 from tether.frontend.server import build_server
-from tether.frontend.usage import MAX_PHASE_PAIRS, CallRecorder, UsageFile
+from tether.frontend.usage import MAX_PHASE_PAIRS, CallRecorder, UsageFile, UsageLog
 from tether.shared.config import Config
 
 TETHER = str(Path(sys.executable).with_name("tether"))
@@ -31,6 +37,16 @@ def _report(log: Path, *extra: str) -> dict[str, Any]:
                           capture_output=True, text=True, timeout=30, check=True)
     data: dict[str, Any] = json.loads(done.stdout)
     return data
+
+
+@contextlib.asynccontextmanager
+async def _serve(log: Path, stderr: Path, **env: str) -> AsyncIterator[Client]:
+    """A real ``tether serve`` over stdio logging usage into ``log``, its stderr in ``stderr``
+    (the SDK's stdio client ends the process on exit; teardown stops the guardians)."""
+    params = stdio_params({"TETHER_USAGE_LOG": str(log), **env})
+    with stderr.open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            yield client
 
 
 def _group(report: dict[str, Any], tool: str, action: str) -> dict[str, Any]:
@@ -217,3 +233,64 @@ def test_since_minutes_window_and_undated_calls() -> None:
     assert everything["tool_calls"] == 4  # 0 means no time limit; undated calls count
     last_recent = build_report(lines, last=1, since_minutes=1, now_ms=now).to_dict()
     assert last_recent["tool_calls"] == 1
+
+
+@pytest.mark.anyio
+async def test_odd_arguments_are_refused_cleanly_and_logged_once_each(
+    tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    log, stderr = tmp_path / "usage.jsonl", tmp_path / "serve.err"
+    async with _serve(log, stderr) as client:
+        s = await initialize(client, workspace)
+        scope = {"thread_id": s["thread_id"], "workspace_root": s["workspace_root"]}
+        command = {"type": "command", "command": "echo hi"}
+        shapes: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
+            ("Agent", {**scope, "action": ["list"]}, ("Agent", "other", "native")),
+            ("Agent", {**scope, "action": "list", "backend": {"x": 1}}, ("Agent", "list", "other")),
+            ("Initialize", {"workspace_root": str(workspace), "type": ["status"]},
+             ("Initialize", "other", "native")),
+            ("BashCommand", {**scope, "action_json": {**command, "type": ["command"]}},
+             ("BashCommand", "other", "native")),
+            ("Execution", {**scope, "action": {"type": {"a": 1}}}, ("Execution", "other", "native")),
+            ("BashCommand", {**scope, "action_json": command, "wait_for_seconds": 1e308},
+             ("BashCommand", "command", "native")),
+            ("BashCommand", {**scope, "action_json": command, "wait_for_seconds": 1e306},
+             ("BashCommand", "command", "native")),
+        ]
+        for tool, args, _ in shapes:
+            refused = await call_error(client, tool, args)  # not a JSON-RPC internal error
+            assert refused["code"] == "invalid_request", (tool, args, refused)
+    events = _events(log)
+    calls = [e for e in events if e["event"] == "tool_call"]
+    started = [e for e in events if e["event"] == "tool_started"]
+    assert len(calls) == len(started) == 1 + len(shapes)
+    assert sorted(e["usage_call_id"] for e in calls) == sorted(e["usage_call_id"] for e in started)
+    assert [(e["tool"], e["action"], e["backend"]) for e in calls[1:]] == \
+        [shape for _, _, shape in shapes]
+    assert all((e["outcome"], e["code"]) == ("error", "invalid_request") for e in calls[1:])
+    said = stderr.read_text()
+    assert "Traceback" not in said and "usage log" not in said, said
+
+
+@pytest.mark.anyio
+async def test_a_failure_inside_the_log_is_said_once_and_never_fails_the_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    usage = UsageLog(UsageFile(tmp_path / "usage.jsonl"))
+    # A result no tool returns (structured content that is not an object): reading its
+    # outcome raises inside the logging code.
+    odd = types.CallToolResult.model_construct(content=[], structured_content=["odd"],
+                                               is_error=False)
+
+    async def run() -> types.CallToolResult:
+        return odd
+
+    with caplog.at_level(logging.WARNING, logger="tether.frontend.usage"):
+        for _ in range(2):
+            assert await usage.around("Execution", {"action": {"type": "list"}}, run) is odd
+    assert usage.sink is not None
+    usage.sink.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tether.frontend.usage"]
+    assert len(warnings) == 1 and "outcome_fields failed" in warnings[0], warnings
+    calls = [e for e in _events(tmp_path / "usage.jsonl") if e["event"] == "tool_call"]
+    assert [(e["action"], e["outcome"]) for e in calls] == [("list", "unknown")] * 2
