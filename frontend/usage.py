@@ -20,7 +20,9 @@ on stderr and leaves the call's result as it was.
 
 Phases are found through a context variable, so code deep in a call (the guardian locator)
 can mark one without the tools passing a recorder around; outside a recorded call
-:func:`phase` does nothing.
+:func:`phase` does nothing. The same way, BashCommand notes the wait it was asked for (its
+validated arguments, :func:`wait_requested`) and the wait the guardian took
+(:func:`wait_taken`): the log records what happened, never what the raw arguments suggest.
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from tether.protocol.limits import DEFAULT_WAIT_MS, MAX_INPUT_WAIT_MS, MAX_WAIT_MS
 
 if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): keep it light
     import mcp_types as types
@@ -147,6 +147,8 @@ class CallRecorder:
     truncated: bool = False
     last_finish: float | None = None
     summary: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: BashCommand's wait: ``requested`` (seconds or None, once validated), ``taken_ms``.
+    wait: dict[str, float | None] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -204,6 +206,20 @@ def phase(name: str) -> contextlib.AbstractContextManager[None]:
     if recorder is None:
         return _NOT_RECORDED
     return recorder.phase(name)
+
+
+def wait_requested(seconds: float | None) -> None:
+    """Note the validated ``wait_for_seconds`` of the call in progress (None: the default)."""
+    recorder = _current.get()
+    if recorder is not None:
+        recorder.wait["requested"] = seconds
+
+
+def wait_taken(ms: int) -> None:
+    """Note the wait the guardian answered after: the call reached it with this allowance."""
+    recorder = _current.get()
+    if recorder is not None:
+        recorder.wait["taken_ms"] = ms
 
 
 def phase_for_method(method: str) -> str:
@@ -277,6 +293,8 @@ class UsageLog:
                 event["phases_truncated"] = True
             event.update(self._safely(outcome_fields, result) or {"outcome": "unknown"})
             event.update(self._safely(workflow_fields, tool, args, result) or {})
+            if event["tool"] == "BashCommand" and event["action"] in WAITING_ACTIONS:
+                event.update(self._safely(wait_fields, recorder.wait) or {})
             sink.write(event)
 
     def _safely(self, fields: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
@@ -408,32 +426,21 @@ def workflow_fields(
         for key in ("delivered", "activity_observed", "wait_reached"):
             if isinstance(receipt.get(key), bool):
                 fields[f"receipt_{key}"] = receipt[key]
-    if tool == "BashCommand" and action in WAITING_ACTIONS:
-        fields.update(_wait_fields(action, args, result))
     return fields
 
 
-def _wait_fields(
-    action: str, args: Mapping[str, Any], result: types.CallToolResult | None
-) -> dict[str, Any]:
-    """Requested vs server-selected inline wait (seed "Usage metrics")."""
-    requested = args.get("wait_for_seconds")
-    fields: dict[str, Any] = {}
-    if isinstance(requested, int | float) and not isinstance(requested, bool):
-        fields["requested_wait_policy"] = "explicit"
-        if 0 <= requested <= MAX_WAIT_MS / 1000:  # else refused (and maybe not finite)
-            fields["requested_wait_ms"] = int(requested * 1000)
-    else:
-        fields["requested_wait_policy"] = "default"
-    # The allowance is unknown when the call failed before routing (bad arguments).
-    content = result.structured_content if result is not None else None
-    if not isinstance(content, dict) or content.get("code") == "invalid_request":
-        return fields
-    wait_ms = fields.get("requested_wait_ms", DEFAULT_WAIT_MS)
-    if action in ("send_text", "send_keys"):
-        wait_ms = min(wait_ms, MAX_INPUT_WAIT_MS)
-    if action == "command" and _action_json(args).get("is_background") is True:
-        wait_ms = 0
-    fields.update(effective_wait_policy=fields["requested_wait_policy"],
-                  effective_wait_ms=wait_ms, effective_wait_mode="synchronous")
+def wait_fields(wait: Mapping[str, float | None]) -> dict[str, Any]:
+    """Requested vs server-selected inline wait (seed "Usage metrics"), from what the tool
+    noted: the request is unknown when the arguments were refused, the effective wait when
+    the call was refused before the guardian took it (a bad scope, a mode, a busy shell)."""
+    if "requested" not in wait:
+        return {"requested_wait_policy": "unknown"}
+    requested = wait["requested"]
+    policy = "default" if requested is None else "explicit"
+    fields: dict[str, Any] = {"requested_wait_policy": policy}
+    if requested is not None:
+        fields["requested_wait_ms"] = int(requested * 1000)
+    if wait.get("taken_ms") is not None:
+        fields.update(effective_wait_policy=policy, effective_wait_ms=wait["taken_ms"],
+                      effective_wait_mode="synchronous")
     return fields

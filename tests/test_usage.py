@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from secrets import token_urlsafe
 from typing import Any
 
 import mcp_types as types
@@ -19,10 +20,20 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 
 from tests.conftest import stdio_params
-from tests.mcp_helpers import bash, call, call_error, execution, initialize
+from tests.mcp_helpers import (
+    bash,
+    call,
+    call_error,
+    execution,
+    http_client,
+    http_server,
+    initialize,
+    write_principals,
+)
 from tether.frontend.person.report import build_report
 from tether.frontend.server import build_server
 from tether.frontend.usage import MAX_PHASE_PAIRS, CallRecorder, UsageFile, UsageLog
+from tether.protocol.limits import MAX_COMMAND_BYTES
 from tether.shared.config import Config
 
 TETHER = str(Path(sys.executable).with_name("tether"))
@@ -294,3 +305,69 @@ async def test_a_failure_inside_the_log_is_said_once_and_never_fails_the_call(
     assert len(warnings) == 1 and "outcome_fields failed" in warnings[0], warnings
     calls = [e for e in _events(tmp_path / "usage.jsonl") if e["event"] == "tool_call"]
     assert [(e["action"], e["outcome"]) for e in calls] == [("list", "unknown")] * 2
+
+
+def _waits(log: Path) -> list[tuple[Any, ...]]:
+    """(code, requested policy, requested ms, effective ms) of each BashCommand call."""
+    return [(e["code"], e.get("requested_wait_policy"), e.get("requested_wait_ms"),
+             e.get("effective_wait_ms")) for e in _events(log)
+            if e["event"] == "tool_call" and e["tool"] == "BashCommand"]
+
+
+@pytest.mark.anyio
+async def test_wait_fields_record_what_the_call_did(
+    tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "usage.jsonl"
+    async with _serve(log, tmp_path / "serve.err") as client:
+        s = await initialize(client, workspace)
+        scope = {"thread_id": s["thread_id"], "workspace_root": s["workspace_root"]}
+
+        async def command(line: str, **extra: Any) -> types.CallToolResult:
+            action = {"type": "command", "command": line, **extra.pop("action", {})}
+            return await client.call_tool("BashCommand", {**scope, "action_json": action, **extra})
+
+        # Lax arguments the tool accepts: the validated values are what is logged.
+        running = await command("sleep 30", wait_for_seconds="1")
+        assert running.structured_content and running.structured_content["data"]["status"] == \
+            "running"
+        background = await command("sleep 30", action={"is_background": "true"})
+        assert not background.is_error
+        # Refused before any wait was taken: by the guardian, by the front-end, by validation.
+        assert (await command("echo busy")).structured_content["code"] == "shell_busy"
+        mismatch = await client.call_tool("BashCommand", {
+            **scope, "thread_id": "th_other",
+            "action_json": {"type": "command", "command": "echo x"}})
+        assert mismatch.structured_content["code"] == "session_mismatch"
+        too_long = await command("x" * (MAX_COMMAND_BYTES + 1), wait_for_seconds=2)
+        assert too_long.structured_content["code"] == "limit_exceeded"
+        await call(client, "Initialize", {"type": "change_mode", "mode": "architect", **scope})
+        assert (await command("touch x")).structured_content["code"] == "mode_denied"
+    assert _waits(log) == [
+        (None, "explicit", 1000, 1000),
+        (None, "default", None, 0),
+        ("shell_busy", "default", None, None),
+        ("session_mismatch", "default", None, None),
+        ("limit_exceeded", "unknown", None, None),
+        ("mode_denied", "default", None, None),
+    ]
+    waits = _group(_report(log), "BashCommand", "command")["effective_wait_ms"]
+    assert (waits["known"], waits["unknown"]) == (2, 4)
+
+
+@pytest.mark.anyio
+async def test_a_call_denied_over_http_waited_for_nothing(
+    tether_env: Config, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "usage.jsonl"
+    monkeypatch.setenv("TETHER_USAGE_LOG", str(log))  # inherited by tether serve --http
+    reader = token_urlsafe(32)
+    principals = write_principals(tmp_path / "principals.toml", [
+        {"id": "reader", "token": reader, "profile": "read-only", "workspaces": [str(workspace)]}])
+    with http_server(principals) as url:
+        async with http_client(url, reader) as client:
+            denied = await call_error(client, "BashCommand", {
+                "thread_id": "th_x", "workspace_root": str(workspace), "wait_for_seconds": 3,
+                "action_json": {"type": "command", "command": "echo x"}})
+            assert denied["code"] == "tool_denied"
+    assert _waits(log) == [("tool_denied", "unknown", None, None)]
