@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import json
 import logging
 import os
 import secrets
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -71,6 +73,10 @@ class UsageFile:
 
     Several front-ends may share a log: each line is one ``write`` on an ``O_APPEND`` fd, and
     a writer whose file was rotated away by another reopens the path on its next line.
+
+    A log that cannot be written (its path is a directory, lies under a file, is not a
+    regular file, is on /proc, ...) costs lines, never tool calls: it is said once on stderr,
+    and every later line tries again.
     """
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -100,9 +106,11 @@ class UsageFile:
             os.write(fd, line.encode())
             if os.fstat(fd).st_size >= self.max_bytes:
                 self._rotate()
-        except OSError:
-            # Telemetry never fails a tool call; a broken log shows up in `tether doctor`.
+        except OSError as exc:
             self.close()
+            self.warn_once("write", f"usage log {self.path} cannot be written ({_reason(exc)});"
+                           " tool calls go on unrecorded. Point TETHER_USAGE_LOG at a regular "
+                           "file you can write (`tether doctor` checks it)")
 
     def _open(self) -> int:
         if self._fd is not None:
@@ -112,10 +120,20 @@ class UsageFile:
             except FileNotFoundError:
                 pass
             self.close()  # rotated (or removed) by someone else: follow the path
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except FileExistsError as exc:  # a file where a directory should be: say that
+            raise NotADirectoryError(errno.ENOTDIR, "a file, not a directory",
+                                     exc.filename) from None
+        # O_NONBLOCK: a FIFO without a reader fails instead of hanging the server.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                     | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # never chmod a device, nor write lines into one
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", str(self.path))
         os.fchmod(fd, 0o600)
-        self._fd, self._ino = fd, os.fstat(fd).st_ino
+        self._fd, self._ino = fd, st.st_ino
         return fd
 
     def _rotate(self) -> None:
@@ -131,6 +149,10 @@ class UsageFile:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd = self._ino = None
+
+
+def _reason(exc: OSError) -> str:
+    return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc.strerror or exc)
 
 
 # -- one call ---------------------------------------------------------------------------------

@@ -371,3 +371,61 @@ async def test_a_call_denied_over_http_waited_for_nothing(
                 "action_json": {"type": "command", "command": "echo x"}})
             assert denied["code"] == "tool_denied"
     assert _waits(log) == [("tool_denied", "unknown", None, None)]
+
+
+def _doctor_on_usage(log: Path, **env: str) -> list[dict[str, Any]]:
+    """``tether doctor --json``'s findings about the usage log at ``log``."""
+    done = subprocess.run([TETHER, "doctor", "--json"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TETHER_USAGE_LOG": str(log), **env})
+    findings = json.loads(done.stdout)["findings"]
+    return [f for f in findings if f["what"].startswith("usage log")]
+
+
+def _unusable(tmp_path: Path, kind: str) -> Path:
+    if kind == "directory":
+        (tmp_path / "logs.jsonl").mkdir(mode=0o600)  # chmod 600 does not make it a file
+        return tmp_path / "logs.jsonl"
+    if kind == "under a file":
+        (tmp_path / "plain").write_text("")
+        return tmp_path / "plain" / "usage.jsonl"
+    assert kind == "on /proc"
+    return Path("/proc/tether-usage.jsonl")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["directory", "under a file", "on /proc"])
+async def test_an_unusable_log_is_said_once_and_serving_goes_on(
+    tether_env: Config, workspace: Path, tmp_path: Path, kind: str
+) -> None:
+    log, stderr = _unusable(tmp_path, kind), tmp_path / "serve.err"
+    async with _serve(log, stderr) as client:
+        s = await initialize(client, workspace)
+        for _ in range(3):
+            await execution(client, s, {"type": "list"})
+        said = stderr.read_text()
+    assert said.count("usage log") == 1 and f"usage log {log} cannot be written" in said, said
+    assert {"directory": "Is a directory", "under a file": "a file, not a directory",
+            "on /proc": "/proc/tether-usage.jsonl"}[kind] in said, said
+    assert "Traceback" not in said
+    findings = _doctor_on_usage(log)
+    assert [f["level"] for f in findings] == ["action"], findings
+
+
+def test_doctor_checks_the_log_is_a_regular_file_it_can_create_or_write(
+    tether_env: Config, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo, 0o600)
+    cases = {
+        _unusable(tmp_path, "directory"): "is a directory",
+        _unusable(tmp_path, "under a file"): "is a file, not a directory",
+        tmp_path / "plain" / "deeper" / "usage.jsonl": "is a file, not a directory",
+        _unusable(tmp_path, "on /proc"): "pseudo-filesystem",
+        fifo: "not a regular file",
+    }
+    for log, why in cases.items():
+        findings = _doctor_on_usage(log)
+        assert len(findings) == 1 and findings[0]["level"] == "action", (log, findings)
+        assert why in findings[0]["what"], (log, findings)
+    fresh = _doctor_on_usage(tmp_path / "new" / "usage.jsonl")
+    assert [f["level"] for f in fresh] == ["ok"] and "does not exist yet" in fresh[0]["what"]
