@@ -76,7 +76,8 @@ class UsageFile:
 
     A log that cannot be written (its path is a directory, lies under a file, is not a
     regular file, is on /proc, ...) costs lines, never tool calls: it is said once on stderr,
-    and every later line tries again.
+    and every later line tries again. So does a full log that cannot be rotated (its
+    directory refuses renames): nothing is appended past the limit until it can be.
     """
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -101,10 +102,16 @@ class UsageFile:
             self.warn_once("encode", f"usage log {self.path}: an event could not be written "
                            f"({exc}); tool calls are not affected; please report this")
             return
+        data = line.encode()
         try:
             fd = self._open()
-            os.write(fd, line.encode())
-            if os.fstat(fd).st_size >= self.max_bytes:
+            size = os.fstat(fd).st_size
+            if size >= self.max_bytes:  # the last rotation failed (ours or another writer's)
+                if not self._rotate():
+                    return  # never append past the limit
+                fd, size = self._open(), 0
+            os.write(fd, data)
+            if size + len(data) >= self.max_bytes:
                 self._rotate()
         except OSError as exc:
             self.close()
@@ -136,13 +143,24 @@ class UsageFile:
         self._fd, self._ino = fd, st.st_ino
         return fd
 
-    def _rotate(self) -> None:
-        for index in range(KEEP_ROTATED - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{index}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
-        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+    def _rotate(self) -> bool:
+        """Shift the full log to ``.1`` (and older ones up); False, said once, if refused."""
+        names = [self.path, *(self.path.with_name(f"{self.path.name}.{index}")
+                              for index in range(1, KEEP_ROTATED + 1))]
+        try:
+            for index in range(KEEP_ROTATED - 1, -1, -1):
+                # A missing one is no generation yet, or another writer rotated first.
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(names[index], names[index + 1])
+        except OSError as exc:
+            self.warn_once("rotate", (
+                f"usage log {self.path} reached its limit of {self.max_bytes} bytes "
+                f"(TETHER_USAGE_LOG_MAX_BYTES) and cannot be rotated ({_reason(exc)}); nothing "
+                "more is written to it until it can be. Make its directory writable (and "
+                f"{self.path.name}.1-.{KEEP_ROTATED} plain files), or move the log away"))
+            return False
         self.close()
+        return True
 
     def close(self) -> None:
         if self._fd is not None:

@@ -429,3 +429,35 @@ def test_doctor_checks_the_log_is_a_regular_file_it_can_create_or_write(
         assert why in findings[0]["what"], (log, findings)
     fresh = _doctor_on_usage(tmp_path / "new" / "usage.jsonl")
     assert [f["level"] for f in fresh] == ["ok"] and "does not exist yet" in fresh[0]["what"]
+
+
+@pytest.mark.anyio
+async def test_a_full_log_that_cannot_rotate_stops_growing_and_says_so(
+    tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    log, stderr = tmp_path / "usage.jsonl", tmp_path / "serve.err"
+    # A rotation that the filesystem refuses: renaming usage.jsonl.2 onto a directory fails,
+    # for root too (a directory that refuses renames would not stop root).
+    (tmp_path / "usage.jsonl.2").write_text("")
+    (tmp_path / "usage.jsonl.3").mkdir()
+    (tmp_path / "usage.jsonl.3" / "keep").write_text("")
+    limit = 4096
+    async with _serve(log, stderr, TETHER_USAGE_LOG_MAX_BYTES=str(limit)) as client:
+        s = await initialize(client, workspace)
+        for _ in range(40):  # about ten times the limit, were it appended
+            await execution(client, s, {"type": "list", "limit": 1})
+        assert limit <= log.stat().st_size < limit + 1024  # at most one line past it
+        said = stderr.read_text()
+        assert said.count("cannot be rotated") == 1 and f"usage log {log} reached its limit" in \
+            said, said
+        over = _doctor_on_usage(log, TETHER_USAGE_LOG_MAX_BYTES=str(limit))
+        assert [f["level"] for f in over] == ["action"], over
+        assert "cannot be rotated" in over[0]["what"] and "over its limit" in over[0]["what"]
+        # Once the way is clear, the next line rotates the log and logging goes on.
+        (tmp_path / "usage.jsonl.3" / "keep").unlink()
+        (tmp_path / "usage.jsonl.3").rmdir()
+        await execution(client, s, {"type": "list", "limit": 1})
+    assert (tmp_path / "usage.jsonl.1").stat().st_size >= limit
+    assert [e["event"] for e in _events(log)][-1] == "tool_call"
+    assert [f["level"] for f in _doctor_on_usage(log, TETHER_USAGE_LOG_MAX_BYTES=str(limit))] \
+        == ["ok"]

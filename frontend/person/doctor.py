@@ -25,7 +25,7 @@ from tether.frontend.guardians import GuardianLocator
 from tether.frontend.health import measured
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
-from tether.frontend.usage import DEFAULT_MAX_BYTES
+from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import known_minor_versions
@@ -288,8 +288,25 @@ class Doctor:
             self.add("action", f"usage log {path} cannot be written (read-only or immutable)",
                      f"lsattr {path}; chattr -i {path}, or set TETHER_USAGE_LOG to another file")
         else:
-            self.add("ok", f"usage log {path}: {st.st_size / 1e6:.1f} MB of "
-                     f"{max_bytes / 1e6:.1f} MB before rotation (0600)")
+            self.usage_log_size(path, st.st_size, max_bytes)
+
+    def usage_log_size(self, path: Path, size: int, max_bytes: int) -> None:
+        """Under its limit, and able to rotate when it gets there? (A full log that cannot
+        be rotated gets no more lines.)"""
+        of = (f"{size / 1e6:.1f} MB of {max_bytes / 1e6:.1f} MB" if max_bytes >= 1e6
+              else f"{size} of {max_bytes} bytes")
+        blocked = _rotation_blocked(path)
+        if blocked:
+            why, fix = blocked
+            self.add("action", f"usage log {path} cannot be rotated: {why}; " + (
+                f"it is over its limit ({of}), so nothing more is written to it"
+                if size >= max_bytes else f"once it reaches its limit ({of} now) nothing more "
+                "will be written to it"), fix)
+        elif size >= max_bytes:
+            self.add("warn", f"usage log {path} is over its limit ({of}); the next line "
+                     "written rotates it", None)
+        else:
+            self.add("ok", f"usage log {path}: {of} before rotation (0600)")
 
     def usage_log_elsewhere(self) -> str:
         return ("set TETHER_USAGE_LOG to a file on a disk, such as "
@@ -325,6 +342,19 @@ class Doctor:
                     self.private_dir(key_dir, "guardian runtime dir", "TETHER_RUNTIME_DIR")
         await self.guardians()
         self.usage_log()
+
+
+def _rotation_blocked(path: Path) -> tuple[str, str] | None:
+    """Why renaming the log to ``.1`` (and older ones up) would be refused, and the fix."""
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # also false for an immutable directory
+        return (f"{path.parent} refuses renames (not writable, or immutable)",
+                f"chmod u+w {path.parent} (lsattr -d {path.parent}: chattr -i if immutable), or "
+                "set TETHER_USAGE_LOG to a file in a directory you can write")
+    for index in range(1, KEEP_ROTATED + 1):
+        older = path.with_name(f"{path.name}.{index}")
+        if os.path.lexists(older) and not older.is_file():
+            return f"{older} is not a regular file", f"move {older} out of the way"
+    return None
 
 
 def _unfit_filesystem(path: Path) -> str | None:
