@@ -466,6 +466,11 @@ def workflow_fields(
         for key in ("delivered", "activity_observed", "wait_reached"):
             if isinstance(receipt.get(key), bool):
                 fields[f"receipt_{key}"] = receipt[key]
+        # A repeated prompt_id answers with the first delivery's receipt: replayed, nothing
+        # sent. Without these, a repeat reads as one more delivery.
+        for key in ("replayed", "input_sent"):
+            if isinstance(data.get(key), bool):
+                fields[f"receipt_{key}"] = data[key]
     return fields
 
 

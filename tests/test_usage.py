@@ -21,6 +21,7 @@ from mcp.client.stdio import stdio_client
 
 from tests.conftest import stdio_params
 from tests.mcp_helpers import (
+    agent,
     bash,
     call,
     call_error,
@@ -28,8 +29,10 @@ from tests.mcp_helpers import (
     http_client,
     http_server,
     initialize,
+    prompt_log,
     write_principals,
 )
+from tests.test_agent import _start_fake
 from tether.frontend.person.report import build_report
 from tether.frontend.server import build_server
 from tether.frontend.usage import MAX_PHASE_PAIRS, CallRecorder, UsageFile, UsageLog
@@ -461,3 +464,28 @@ async def test_a_full_log_that_cannot_rotate_stops_growing_and_says_so(
     assert [e["event"] for e in _events(log)][-1] == "tool_call"
     assert [f["level"] for f in _doctor_on_usage(log, TETHER_USAGE_LOG_MAX_BYTES=str(limit))] \
         == ["ok"]
+
+
+@pytest.mark.anyio
+async def test_a_repeated_prompt_is_counted_apart_from_deliveries(
+    tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "usage.jsonl"
+    async with _serve(log, tmp_path / "serve.err") as client:
+        s = await initialize(client, workspace)
+        eid = await _start_fake(client, s, tmp_path / "agent.log")
+        prompt = {"action": "prompt", "target": eid, "prompt_id": "p-once", "text": "hello",
+                  "recognizer": "claude", "timeout_seconds": 15}
+        answers = [(await agent(client, s, prompt))["data"] for _ in range(3)]
+    assert [(a["replayed"], a["input_sent"]) for a in answers] == \
+        [(False, True), (True, False), (True, False)]
+    assert prompt_log(tmp_path / "agent.log") == ["hello"]
+    prompts = [e for e in _events(log) if e["event"] == "tool_call" and e["action"] == "prompt"]
+    assert [(e["receipt_replayed"], e["receipt_input_sent"]) for e in prompts] == \
+        [(False, True), (True, False), (True, False)]
+    receipts = _group(_report(log), "Agent", "prompt")["receipts"]
+    assert receipts["calls"] == {"new": 1, "repeat": 2}
+    assert receipts["delivered"] == {"true": 1} and receipts["input_sent"] == {"true": 1}
+    text = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    assert "calls new×1, repeat×2 (2 repeated a prompt_id" in text and "delivered true×1" in text

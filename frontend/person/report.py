@@ -8,7 +8,9 @@ Rules, after the seed's "Workflow telemetry" and "Usage metrics":
 - missing or malformed data stays unknown: a call without a duration is counted as
   ``duration_unknown`` and never as a zero sample, a group with no known duration has
   percentiles ``null``; a malformed line is counted, never guessed at;
-- phase totals are inclusive (they overlap) and are not parts of the call's duration.
+- phase totals are inclusive (they overlap) and are not parts of the call's duration;
+- a prompt that repeats a ``prompt_id`` (``receipt_replayed``) is counted as a repeat, apart
+  from deliveries: its receipt is the first delivery's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from tether.frontend.person.term import table
 
 AUXILIARY = frozenset({"tool_started", "tool_phase"})
-RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached")
+RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached", "input_sent")
 OBSERVE_COUNTERS = ("observe_requested_items", "observe_returned_items",
                     "observe_items_with_issues")
 
@@ -90,10 +92,14 @@ class Group:
                     self.observe.setdefault(name, []).append(value)
         if event.get("receipt_observed") is True or (self.tool == "Agent"
                                                      and self.action == "prompt"):
-            for fact in RECEIPT_FACTS:
-                value = event.get(f"receipt_{fact}")
-                bucket = self.receipts.setdefault(fact, Counter())
-                bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
+            replayed = event.get("receipt_replayed")
+            kind = ("repeat" if replayed else "new") if isinstance(replayed, bool) else "unknown"
+            self.receipts.setdefault("calls", Counter())[kind] += 1
+            if kind != "repeat":  # a repeat reports the first delivery again: not counted twice
+                for fact in RECEIPT_FACTS:
+                    value = event.get(f"receipt_{fact}")
+                    bucket = self.receipts.setdefault(fact, Counter())
+                    bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
         if self.action == "wait" and self.tool in ("Execution", "Agent"):
             outcome = event.get("catalog_outcome")
             self.catalog[outcome if outcome in ("changed", "timeout", "resync") else "unknown"] += 1
@@ -260,8 +266,14 @@ def render_text(data: dict[str, Any], log: Path) -> str:
                 parts.append(f"{key} {shown}{extra}")
             out.append(f"{name} observe items: " + "; ".join(parts))
         if "receipts" in g:
-            out.append(f"{name} prompt receipts: " + "; ".join(
-                f"{fact} {_counts(counts)}" for fact, counts in g["receipts"].items()))
+            receipts = dict(g["receipts"])
+            calls = receipts.pop("calls", {})
+            repeats = calls.get("repeat", 0)
+            out.append(f"{name} prompt receipts: calls {_counts(calls)}"
+                       + (f" ({repeats} repeated a prompt_id: answered from the first "
+                          "delivery, nothing sent, not counted below)" if repeats else "")
+                       + "".join(f"; {fact} {_counts(counts)}"
+                                 for fact, counts in receipts.items()))
         if "catalog" in g:
             out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
         if "effective_wait_ms" in g:
