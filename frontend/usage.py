@@ -33,6 +33,7 @@ import errno
 import json
 import logging
 import os
+import re
 import secrets
 import stat
 import time
@@ -430,8 +431,16 @@ def outcome_fields(result: types.CallToolResult | None) -> dict[str, Any]:
     return fields
 
 
+#: An error code as Tether writes them (``not_found``); a newer guardian's code of this shape
+#: is kept, anything else is logged as ``unknown`` (never free text).
+_CODE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
 def _code(value: Any) -> str | None:
-    return value if isinstance(value, str) and _word(value) else None
+    """The result's code; None when it has none."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) and _CODE.fullmatch(value) else "unknown"
 
 
 def workflow_fields(

@@ -35,7 +35,13 @@ from tests.mcp_helpers import (
 from tests.test_agent import _start_fake
 from tether.frontend.person.report import build_report
 from tether.frontend.server import build_server
-from tether.frontend.usage import MAX_PHASE_PAIRS, CallRecorder, UsageFile, UsageLog
+from tether.frontend.usage import (
+    MAX_PHASE_PAIRS,
+    CallRecorder,
+    UsageFile,
+    UsageLog,
+    outcome_fields,
+)
 from tether.protocol.limits import MAX_COMMAND_BYTES
 from tether.shared.config import Config
 
@@ -160,7 +166,8 @@ async def test_session_of_twenty_calls(
     assert observe["observe"]["requested_items"]["sum"] == 2
     assert observe["observe"]["returned_items"]["sum"] == 2
     assert observe["observe"]["items_with_issues"]["sum"] == 1
-    assert observe["error_codes"] == {"execution_observation_issues": 1}
+    assert observe["error_codes"] == {} and observe["error_results"] == 0  # not an error
+    assert observe["issue_codes"] == {"execution_observation_issues": 1}
     assert _group(report, "Execution", "wait")["catalog"] == {"timeout": 1}
     prompt_group = _group(report, "Agent", "prompt")
     assert prompt_group["error_codes"] == {"input_not_ready": 1}
@@ -489,3 +496,40 @@ async def test_a_repeated_prompt_is_counted_apart_from_deliveries(
     text = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
                           timeout=30, check=True).stdout
     assert "calls new×1, repeat×2 (2 repeated a prompt_id" in text and "delivered true×1" in text
+
+
+def _call_line(**fields: Any) -> str:
+    event = {"event": "tool_call", "usage_schema": 1, "tool": "Execution", "action": "get",
+             "backend": "native", "duration_ms": 1.0, "outcome": "ok", "code": None,
+             "ts_unix_ms": 1, **fields}
+    return json.dumps(event)
+
+
+def test_error_codes_count_every_error_and_nothing_else(tmp_path: Path) -> None:
+    log = tmp_path / "usage.jsonl"
+    log.write_text("\n".join([
+        _call_line(outcome="error", code=None), _call_line(outcome="error", code=None),
+        _call_line(outcome="error", code="not_found"),
+        _call_line(outcome="error", code="unknown"),  # what the writer logs for an odd code
+        _call_line(outcome="completed_with_issues", code="execution_observation_issues"),
+        _call_line(outcome="ok", code=None)]) + "\n")
+    get = _group(_report(log), "Execution", "get")
+    assert get["error_codes"] == {"unknown": 3, "not_found": 1} and get["error_results"] == 4
+    assert get["issue_codes"] == {"execution_observation_issues": 1}
+    text = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    assert "not_found×1, unknown×3" in text
+    assert "completed with issues (not errors): execution_observation_issues×1" in text
+
+
+def test_the_writer_keeps_a_well_formed_code_it_does_not_know() -> None:
+    def logged(code: Any) -> Any:
+        content = {"ok": False, "status": "error", "code": code, "message": "m"}
+        result = types.CallToolResult(content=[], structured_content=content, is_error=True)
+        return outcome_fields(result)["code"]
+
+    assert logged("not_found") == "not_found"
+    assert logged("quota_exceeded_v2") == "quota_exceeded_v2"  # a newer guardian's code
+    for odd in ("Not_Found", "rm -rf /", "x" * 49, "\x1b[2Jcode", 7, ["not_found"]):
+        assert logged(odd) == "unknown", odd
+    assert logged(None) is None

@@ -5,6 +5,8 @@ Rules, after the seed's "Workflow telemetry" and "Usage metrics":
 - auxiliary events (``tool_started``, ``tool_phase``) are set aside before ``--last`` applies,
   so the window is always the last N terminal ``tool_call`` events;
 - ``--since-minutes 0`` means no time limit;
+- error codes count error results only, each with its code or as ``unknown``; the code of a
+  call that completed with issues is counted apart (``issue_codes``);
 - missing or malformed data stays unknown: a call without a duration is counted as
   ``duration_unknown`` and never as a zero sample, a group with no known duration has
   percentiles ``null``; a malformed line is counted, never guessed at;
@@ -65,6 +67,7 @@ class Group:
     duration_unknown: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     error_codes: Counter[str] = field(default_factory=Counter)
+    issue_codes: Counter[str] = field(default_factory=Counter)
     observe: dict[str, list[int]] = field(default_factory=dict)
     observe_unknown: Counter[str] = field(default_factory=Counter)
     receipts: dict[str, Counter[str]] = field(default_factory=dict)
@@ -79,10 +82,14 @@ class Group:
             self.durations.append(float(duration))
         else:
             self.duration_unknown += 1
-        self.outcomes[_label(event.get("outcome"))] += 1
-        code = event.get("code")
-        if isinstance(code, str) and code:
-            self.error_codes[code] += 1
+        result = _label(event.get("outcome"))
+        self.outcomes[result] += 1
+        # Every error result counts, with its code or as unknown; the code of a call that
+        # completed with issues (an observe with a missing item) is not an error.
+        if result == "error":
+            self.error_codes[_label(event.get("code"))] += 1
+        elif result == "completed_with_issues":
+            self.issue_codes[_label(event.get("code"))] += 1
         if self.action == "observe":
             for name in OBSERVE_COUNTERS:
                 value = _count(event.get(name))
@@ -121,6 +128,8 @@ class Group:
             "error_codes": dict(self.error_codes),
             "error_results": sum(self.error_codes.values()),
         }
+        if self.issue_codes:
+            data["issue_codes"] = dict(self.issue_codes)
         if self.action == "observe":
             data["observe"] = {
                 name.removeprefix("observe_"): {
@@ -274,6 +283,8 @@ def render_text(data: dict[str, Any], log: Path) -> str:
                           "delivery, nothing sent, not counted below)" if repeats else "")
                        + "".join(f"; {fact} {_counts(counts)}"
                                  for fact, counts in receipts.items()))
+        if "issue_codes" in g:
+            out.append(f"{name} completed with issues (not errors): {_counts(g['issue_codes'])}")
         if "catalog" in g:
             out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
         if "effective_wait_ms" in g:
