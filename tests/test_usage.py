@@ -242,8 +242,8 @@ def test_phase_pairs_are_capped_with_one_marker(tmp_path: Path) -> None:
 def test_since_minutes_window_and_undated_calls() -> None:
     now = 10 * 60_000
     def call(ts: Any) -> str:
-        event = {"event": "tool_call", "tool": "Execution", "action": "get", "backend": "native",
-                 "duration_ms": 1.0, "outcome": "ok"}
+        event = {"event": "tool_call", "usage_schema": 1, "tool": "Execution", "action": "get",
+                 "backend": "native", "duration_ms": 1.0, "outcome": "ok"}
         if ts is not None:
             event["ts_unix_ms"] = ts
         return json.dumps(event)
@@ -533,3 +533,25 @@ def test_the_writer_keeps_a_well_formed_code_it_does_not_know() -> None:
     for odd in ("Not_Found", "rm -rf /", "x" * 49, "\x1b[2Jcode", 7, ["not_found"]):
         assert logged(odd) == "unknown", odd
     assert logged(None) is None
+
+
+def test_lines_of_other_schema_versions_are_set_aside_and_named(tmp_path: Path) -> None:
+    log = tmp_path / "usage.jsonl"
+    no_version = json.loads(_call_line(duration_ms=8.0))
+    del no_version["usage_schema"]
+    log.write_text("\n".join([
+        _call_line(duration_ms=7.0), _call_line(duration_ms=8.0),
+        _call_line(usage_schema=2, duration_ms=9000.0),
+        _call_line(usage_schema=99, duration_ms=9000.0),
+        _call_line(usage_schema=None, duration_ms=9000.0), json.dumps(no_version),
+        _call_line(usage_schema=True, duration_ms=9000.0),  # not the integer 1
+        _call_line(usage_schema="1", duration_ms=9000.0)]) + "\n")
+    report = _report(log)
+    assert report["tool_calls_in_log"] == 8 and report["tool_calls"] == 2
+    assert report["other_schema_calls"] == {"2": 1, "99": 1, "null": 1, "missing": 1, "other": 2}
+    assert _group(report, "Execution", "get")["duration_ms"]["p95"] == 8.0  # none mixed in
+    assert _report(log, "--last", "1")["tool_calls"] == 1
+    text = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    assert "6 tool calls set aside, by usage_schema: 2×1, 99×1, missing×1, null×1, other×2" \
+        in text and "reads version 1" in text

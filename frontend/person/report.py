@@ -10,6 +10,9 @@ Rules, after the seed's "Workflow telemetry" and "Usage metrics":
 - missing or malformed data stays unknown: a call without a duration is counted as
   ``duration_unknown`` and never as a zero sample, a group with no known duration has
   percentiles ``null``; a malformed line is counted, never guessed at;
+- only ``tool_call`` lines of the ``usage_schema`` versions it knows are read; lines of
+  another version, or with none, are counted per version and set aside (never mixed in),
+  before ``--last`` applies;
 - phase totals are inclusive (they overlap) and are not parts of the call's duration;
 - a prompt that repeats a ``prompt_id`` (``receipt_replayed``) is counted as a repeat, apart
   from deliveries: its receipt is the first delivery's.
@@ -31,6 +34,9 @@ from typing import Any
 from tether.frontend.person.term import table
 
 AUXILIARY = frozenset({"tool_started", "tool_phase"})
+#: The ``usage_schema`` versions this report reads (``tether.frontend.usage.USAGE_SCHEMA``).
+KNOWN_USAGE_SCHEMAS = (1,)
+_KNOWN_SCHEMA_NAMES = frozenset(str(v) for v in KNOWN_USAGE_SCHEMAS)
 RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached", "input_sent")
 OBSERVE_COUNTERS = ("observe_requested_items", "observe_returned_items",
                     "observe_items_with_issues")
@@ -49,6 +55,19 @@ def _count(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+def _schema(event: dict[str, Any]) -> str:
+    """A line's ``usage_schema`` as a short name: ``1``, ``missing``, ``null``, or ``other``
+    for anything that is not a plain small integer (never the raw value: the log's text)."""
+    if "usage_schema" not in event:
+        return "missing"
+    value = event["usage_schema"]
+    if value is None:
+        return "null"
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
+        return str(value)
+    return "other"
 
 
 def _label(value: Any) -> str:
@@ -157,6 +176,8 @@ class Report:
     other_events: int = 0
     undated_excluded: int = 0
     tool_calls_in_log: int = 0
+    #: tool_call lines set aside, by their usage_schema (see :func:`_schema`).
+    other_schemas: Counter[str] = field(default_factory=Counter)
     groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
     phases: dict[str, list[float]] = field(default_factory=dict)
     started_without_terminal: int = 0
@@ -169,6 +190,8 @@ class Report:
             "auxiliary_events": self.auxiliary_events,
             "other_events": self.other_events,
             "tool_calls_in_log": self.tool_calls_in_log,
+            "usage_schemas_read": list(KNOWN_USAGE_SCHEMAS),
+            "other_schema_calls": dict(self.other_schemas),
             "tool_calls": sum(g.count for g in self.groups.values()),
             "window": {**self.window, "undated_excluded": self.undated_excluded},
             "workflows": [g.to_dict() for _, g in sorted(self.groups.items())],
@@ -213,7 +236,11 @@ def build_report(lines: Iterable[str], *, last: int | None, since_minutes: float
         report.tool_calls_in_log += 1
         if isinstance(call_id, str):
             finished.add(call_id)
-        calls.append(event)
+        schema = _schema(event)
+        if schema in _KNOWN_SCHEMA_NAMES:
+            calls.append(event)
+        else:  # its fields may mean something else: counted, never mixed in
+            report.other_schemas[schema] += 1
     if since_minutes > 0:
         cutoff = now_ms - since_minutes * 60_000
         kept = []
@@ -253,6 +280,11 @@ def render_text(data: dict[str, Any], log: Path) -> str:
     out = [f"usage log {log}: {data['lines_seen']} lines, {data['tool_calls']} tool calls in the "
            f"window ({data['tool_calls_in_log']} in the log), "
            f"{data['malformed_lines']} malformed lines"]
+    if data["other_schema_calls"]:
+        read = ", ".join(str(v) for v in data["usage_schemas_read"])
+        out.append(f"{sum(data['other_schema_calls'].values())} tool calls set aside, by "
+                   f"usage_schema: {_counts(data['other_schema_calls'])} (this report reads "
+                   f"version {read}; a newer Tether's lines need its own tether report)")
     if data["window"]["undated_excluded"]:
         out.append(f"{data['window']['undated_excluded']} calls without a time were left out "
                    "of the --since-minutes window")
