@@ -555,3 +555,42 @@ def test_lines_of_other_schema_versions_are_set_aside_and_named(tmp_path: Path) 
                           timeout=30, check=True).stdout
     assert "6 tool calls set aside, by usage_schema: 2×1, 99×1, missing×1, null×1, other×2" \
         in text and "reads version 1" in text
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_numbers_that_are_not_finite_are_unknown_and_refused(tmp_path: Path) -> None:
+    log = tmp_path / "usage.jsonl"
+    huge = "1" + "0" * 400  # JSON allows it; no float holds it
+    lines = [_call_line(duration_ms=4.0), _call_line(duration_ms=6.0)]
+    for raw in ("NaN", "Infinity", "-Infinity", "1e400", huge):
+        lines.append(_call_line(duration_ms=0.5).replace('"duration_ms": 0.5',
+                                                         f'"duration_ms": {raw}'))
+    wait = _call_line(tool="BashCommand", action="command", requested_wait_policy="default",
+                      effective_wait_ms=0)
+    lines += [wait.replace('"effective_wait_ms": 0', '"effective_wait_ms": Infinity'),
+              _call_line(ts_unix_ms=0).replace('"ts_unix_ms": 0', '"ts_unix_ms": NaN'),
+              json.dumps({"event": "tool_phase", "usage_call_id": ["unhashable"], "edge": "finish",
+                          "phase": "catalog", "duration_ms": 1.0})]
+    log.write_text("\n".join(lines) + "\n")
+    done = subprocess.run([TETHER, "report", "--log", str(log), "--json"], capture_output=True,
+                          text=True, timeout=30, check=True)
+    report = _strict(done.stdout)
+    durations = _group(report, "Execution", "get")["duration_ms"]
+    assert (durations["known"], durations["unknown"], durations["p95"]) == (3, 5, 6.0)
+    waits = _group(report, "BashCommand", "command")["effective_wait_ms"]
+    assert (waits["known"], waits["unknown"]) == (0, 1)
+    assert _report(log, "--since-minutes", "1")["window"]["undated_excluded"] == 1
+    for bad in ("nan", "inf", "-inf", "1e400", "-1", "soon"):
+        refused = subprocess.run([TETHER, "report", "--log", str(log), "--json",
+                                  "--since-minutes", bad], capture_output=True, text=True,
+                                 timeout=30)
+        assert refused.returncode == 2 and "--since-minutes" in refused.stderr, (bad, refused)
+        assert refused.stdout == ""
+    assert _strict(subprocess.run([TETHER, "report", "--log", str(log), "--json",
+                                   "--since-minutes", "1e300"], capture_output=True, text=True,
+                                  timeout=30, check=True).stdout)["tool_calls"] == 8

@@ -7,6 +7,7 @@ Rules, after the seed's "Workflow telemetry" and "Usage metrics":
 - ``--since-minutes 0`` means no time limit;
 - error codes count error results only, each with its code or as ``unknown``; the code of a
   call that completed with issues is counted apart (``issue_codes``);
+- a number that is not finite (NaN, Infinity, 1e400) is malformed, so unknown;
 - missing or malformed data stays unknown: a call without a duration is counted as
   ``duration_unknown`` and never as a zero sample, a group with no known duration has
   percentiles ``null``; a malformed line is counted, never guessed at;
@@ -48,6 +49,18 @@ def percentile(samples: list[float], q: float) -> float | None:
         return None
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _finite(value: Any) -> float | None:
+    """A finite non-negative number, or None: JSON from Python may hold NaN, Infinity or
+    1e400 (read as infinity), and an integer too big for a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _count(value: Any) -> int | None:
@@ -96,9 +109,9 @@ class Group:
 
     def add(self, event: dict[str, Any]) -> None:
         self.count += 1
-        duration = event.get("duration_ms")
-        if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
-            self.durations.append(float(duration))
+        duration = _finite(event.get("duration_ms"))
+        if duration is not None:
+            self.durations.append(duration)
         else:
             self.duration_unknown += 1
         result = _label(event.get("outcome"))
@@ -130,9 +143,9 @@ class Group:
             outcome = event.get("catalog_outcome")
             self.catalog[outcome if outcome in ("changed", "timeout", "resync") else "unknown"] += 1
         if self.tool == "BashCommand" and "requested_wait_policy" in event:
-            wait = event.get("effective_wait_ms")
-            if isinstance(wait, int | float) and not isinstance(wait, bool) and wait >= 0:
-                self.effective_wait.append(float(wait))
+            wait = _finite(event.get("effective_wait_ms"))
+            if wait is not None:
+                self.effective_wait.append(wait)
             else:
                 self.effective_wait_unknown += 1
 
@@ -245,8 +258,8 @@ def build_report(lines: Iterable[str], *, last: int | None, since_minutes: float
         cutoff = now_ms - since_minutes * 60_000
         kept = []
         for event in calls:
-            ts = event.get("ts_unix_ms")
-            if not isinstance(ts, int | float) or isinstance(ts, bool):
+            ts = _finite(event.get("ts_unix_ms"))
+            if ts is None:
                 report.undated_excluded += 1
             elif ts >= cutoff:
                 kept.append(event)
@@ -260,10 +273,11 @@ def build_report(lines: Iterable[str], *, last: int | None, since_minutes: float
         if isinstance(event.get("usage_call_id"), str):
             window_ids.add(event["usage_call_id"])
     for event in phase_events:
-        duration = event.get("duration_ms")
-        if (event.get("usage_call_id") in window_ids and event.get("edge") == "finish"
-                and isinstance(duration, int | float) and not isinstance(duration, bool)):
-            report.phases.setdefault(_label(event.get("phase")), []).append(float(duration))
+        duration = _finite(event.get("duration_ms"))
+        call_id = event.get("usage_call_id")
+        if (isinstance(call_id, str) and call_id in window_ids and event.get("edge") == "finish"
+                and duration is not None):
+            report.phases.setdefault(_label(event.get("phase")), []).append(duration)
     report.started_without_terminal = len(started - finished)
     return report
 
@@ -335,20 +349,31 @@ def render_text(data: dict[str, Any], log: Path) -> str:
     return "\n".join(out)
 
 
+def _minutes(text: str) -> float:
+    """``--since-minutes``: a finite number of minutes, 0 or more (nan would mean no limit,
+    and would reach --json as NaN, which is not JSON)."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(minutes) or minutes < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of minutes, 0 or more (0: no limit), got {text!r}")
+    return minutes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether report",
                                      description="Summarise a Tether usage log (TETHER_USAGE_LOG).")
     parser.add_argument("--log", required=True, type=Path, help="the usage log (JSONL)")
     parser.add_argument("--last", type=int, default=None,
                         help="only the last N tool calls (auxiliary events are not counted)")
-    parser.add_argument("--since-minutes", type=float, default=0,
+    parser.add_argument("--since-minutes", type=_minutes, default=0.0,
                         help="only calls from the last M minutes (0: no limit)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     if args.last is not None and args.last < 0:
         parser.error("--last must be 0 or more")
-    if args.since_minutes < 0:
-        parser.error("--since-minutes must be 0 or more")
     try:
         with args.log.open(encoding="utf-8", errors="replace") as fh:
             report = build_report(fh, last=args.last, since_minutes=args.since_minutes,
@@ -358,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     data = report.to_dict()
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))  # strict JSON
     else:
         print(render_text(data, args.log))
     return 0
