@@ -594,3 +594,17 @@ def test_numbers_that_are_not_finite_are_unknown_and_refused(tmp_path: Path) -> 
     assert _strict(subprocess.run([TETHER, "report", "--log", str(log), "--json",
                                    "--since-minutes", "1e300"], capture_output=True, text=True,
                                   timeout=30, check=True).stdout)["tool_calls"] == 8
+
+
+def test_the_text_report_never_prints_the_logs_escape_sequences(tmp_path: Path) -> None:
+    log = tmp_path / "usage.jsonl"
+    title = "\x1b]0;pwned\x07\x1b[31m"
+    log.write_text("\n".join([
+        _call_line(tool=title, action="prompt", receipt_observed=True),
+        _call_line(outcome="completed_with_issues", code="\x1b[2J"),
+        _call_line(outcome="error", code=title)]) + "\n")
+    text = subprocess.run([TETHER, "report", "--log", str(log)], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    assert "\x1b" not in text and "\x07" not in text, text
+    assert "\\x1b]0;pwned\\x07\\x1b[31m.prompt (native) prompt receipts" in text
+    assert "completed with issues (not errors): \\x1b[2J×1" in text

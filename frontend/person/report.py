@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.frontend.person.term import table
+from tether.frontend.person.term import table, visible
 
 AUXILIARY = frozenset({"tool_started", "tool_phase"})
 #: The ``usage_schema`` versions this report reads (``tether.frontend.usage.USAGE_SCHEMA``).
@@ -290,6 +290,37 @@ def _counts(counter: dict[str, int]) -> str:
     return ", ".join(f"{k}×{v}" for k, v in sorted(counter.items())) or "-"
 
 
+def _details(g: dict[str, Any]) -> list[str]:
+    """The lines under the table for one group: observe items, receipts, issues, waits."""
+    out: list[str] = []
+    name = f"{g['tool']}.{g['action']} ({g['backend']})"
+    if "observe" in g:
+        parts = []
+        for key, value in g["observe"].items():
+            shown = "unknown" if value["sum"] is None else str(value["sum"])
+            extra = f" ({value['calls_unknown']} calls unknown)" if value["calls_unknown"] else ""
+            parts.append(f"{key} {shown}{extra}")
+        out.append(f"{name} observe items: " + "; ".join(parts))
+    if "receipts" in g:
+        receipts = dict(g["receipts"])
+        calls = receipts.pop("calls", {})
+        repeats = calls.get("repeat", 0)
+        out.append(f"{name} prompt receipts: calls {_counts(calls)}"
+                   + (f" ({repeats} repeated a prompt_id: answered from the first "
+                      "delivery, nothing sent, not counted below)" if repeats else "")
+                   + "".join(f"; {fact} {_counts(counts)}"
+                             for fact, counts in receipts.items()))
+    if "issue_codes" in g:
+        out.append(f"{name} completed with issues (not errors): {_counts(g['issue_codes'])}")
+    if "catalog" in g:
+        out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
+    if "effective_wait_ms" in g:
+        w = g["effective_wait_ms"]
+        out.append(f"{name} effective wait p50 {_ms(w['p50'])} ms "
+                   f"({w['known']} known, {w['unknown']} unknown)")
+    return out
+
+
 def render_text(data: dict[str, Any], log: Path) -> str:
     out = [f"usage log {log}: {data['lines_seen']} lines, {data['tool_calls']} tool calls in the "
            f"window ({data['tool_calls_in_log']} in the log), "
@@ -312,31 +343,9 @@ def render_text(data: dict[str, Any], log: Path) -> str:
     out.append(table(["TOOL", "ACTION", "BACKEND", "CALLS", "P50 MS", "P95 MS", "OUTCOMES",
                       "ERROR CODES"], rows) if rows else "no tool calls in the window")
     for g in data["workflows"]:
-        name = f"{g['tool']}.{g['action']} ({g['backend']})"
-        if "observe" in g:
-            parts = []
-            for key, value in g["observe"].items():
-                shown = "unknown" if value["sum"] is None else str(value["sum"])
-                extra = f" ({value['calls_unknown']} calls unknown)" if value["calls_unknown"] else ""
-                parts.append(f"{key} {shown}{extra}")
-            out.append(f"{name} observe items: " + "; ".join(parts))
-        if "receipts" in g:
-            receipts = dict(g["receipts"])
-            calls = receipts.pop("calls", {})
-            repeats = calls.get("repeat", 0)
-            out.append(f"{name} prompt receipts: calls {_counts(calls)}"
-                       + (f" ({repeats} repeated a prompt_id: answered from the first "
-                          "delivery, nothing sent, not counted below)" if repeats else "")
-                       + "".join(f"; {fact} {_counts(counts)}"
-                                 for fact, counts in receipts.items()))
-        if "issue_codes" in g:
-            out.append(f"{name} completed with issues (not errors): {_counts(g['issue_codes'])}")
-        if "catalog" in g:
-            out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
-        if "effective_wait_ms" in g:
-            w = g["effective_wait_ms"]
-            out.append(f"{name} effective wait p50 {_ms(w['p50'])} ms "
-                       f"({w['known']} known, {w['unknown']} unknown)")
+        # Tool, action and code names are the log's text: a hand-edited or foreign log can
+        # hold escape sequences, shown, never sent to the terminal (tables do the same).
+        out += [visible(line) for line in _details(g)]
     if data["phases"]:
         out.append("phases (inclusive: they overlap; do not add them up):")
         out.append(table(["PHASE", "COUNT", "P50 MS", "P95 MS"], [
