@@ -14,25 +14,33 @@ are written: never command or prompt text, output, cursors, tokens, ids of recor
 A ``tool_started`` without its ``tool_call`` means completion was not observed (a killed
 process, a cancelled call, a rotation in between), not that the call is still running.
 
+Logging never changes a call: whatever the arguments (unhashable, non-finite, of any type),
+they classify as ``other`` or ``unknown``, and a failure inside the logging code is said once
+on stderr and leaves the call's result as it was.
+
 Phases are found through a context variable, so code deep in a call (the guardian locator)
 can mark one without the tools passing a recorder around; outside a recorded call
-:func:`phase` does nothing.
+:func:`phase` does nothing. The same way, BashCommand notes the wait it was asked for (its
+validated arguments, :func:`wait_requested`) and the wait the guardian took
+(:func:`wait_taken`): the log records what happened, never what the raw arguments suggest.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import json
+import logging
 import os
+import re
 import secrets
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from tether.protocol.limits import DEFAULT_WAIT_MS, MAX_INPUT_WAIT_MS
 
 if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): keep it light
     import mcp_types as types
@@ -51,6 +59,8 @@ WORKFLOW_TOOLS = frozenset({"Execution", "Agent"})
 #: BashCommand actions that consume ``wait_for_seconds`` (screen and wait_for_turn do not).
 WAITING_ACTIONS = frozenset({"command", "status_check", "send_text", "send_keys"})
 
+log = logging.getLogger(__name__)
+
 _current: contextvars.ContextVar[CallRecorder | None] = contextvars.ContextVar(
     "tether_usage_call", default=None
 )
@@ -64,6 +74,11 @@ class UsageFile:
 
     Several front-ends may share a log: each line is one ``write`` on an ``O_APPEND`` fd, and
     a writer whose file was rotated away by another reopens the path on its next line.
+
+    A log that cannot be written (its path is a directory, lies under a file, is not a
+    regular file, is on /proc, ...) costs lines, never tool calls: it is said once on stderr,
+    and every later line tries again. So does a full log that cannot be rotated (its
+    directory refuses renames): nothing is appended past the limit until it can be.
     """
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -71,17 +86,39 @@ class UsageFile:
         self.max_bytes = max_bytes
         self._fd: int | None = None
         self._ino: int | None = None
+        self._warned: set[str] = set()
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """Say ``message`` on stderr the first time something of ``kind`` goes wrong: a
+        broken log must not flood the log of the server it serves, nor go unnoticed."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("%s", message)
 
     def write(self, event: Mapping[str, Any]) -> None:
-        line = json.dumps(event, separators=(",", ":"), sort_keys=True) + "\n"
+        try:
+            line = json.dumps(event, separators=(",", ":"), sort_keys=True,
+                              allow_nan=False) + "\n"
+        except (TypeError, ValueError) as exc:  # a bug here: the call goes on without its line
+            self.warn_once("encode", f"usage log {self.path}: an event could not be written "
+                           f"({exc}); tool calls are not affected; please report this")
+            return
+        data = line.encode()
         try:
             fd = self._open()
-            os.write(fd, line.encode())
-            if os.fstat(fd).st_size >= self.max_bytes:
+            size = os.fstat(fd).st_size
+            if size >= self.max_bytes:  # the last rotation failed (ours or another writer's)
+                if not self._rotate():
+                    return  # never append past the limit
+                fd, size = self._open(), 0
+            os.write(fd, data)
+            if size + len(data) >= self.max_bytes:
                 self._rotate()
-        except OSError:
-            # Telemetry never fails a tool call; a broken log shows up in `tether doctor`.
+        except OSError as exc:
             self.close()
+            self.warn_once("write", f"usage log {self.path} cannot be written ({_reason(exc)});"
+                           " tool calls go on unrecorded. Point TETHER_USAGE_LOG at a regular "
+                           "file you can write (`tether doctor` checks it)")
 
     def _open(self) -> int:
         if self._fd is not None:
@@ -91,25 +128,50 @@ class UsageFile:
             except FileNotFoundError:
                 pass
             self.close()  # rotated (or removed) by someone else: follow the path
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except FileExistsError as exc:  # a file where a directory should be: say that
+            raise NotADirectoryError(errno.ENOTDIR, "a file, not a directory",
+                                     exc.filename) from None
+        # O_NONBLOCK: a FIFO without a reader fails instead of hanging the server.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                     | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # never chmod a device, nor write lines into one
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", str(self.path))
         os.fchmod(fd, 0o600)
-        self._fd, self._ino = fd, os.fstat(fd).st_ino
+        self._fd, self._ino = fd, st.st_ino
         return fd
 
-    def _rotate(self) -> None:
-        for index in range(KEEP_ROTATED - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{index}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
-        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+    def _rotate(self) -> bool:
+        """Shift the full log to ``.1`` (and older ones up); False, said once, if refused."""
+        names = [self.path, *(self.path.with_name(f"{self.path.name}.{index}")
+                              for index in range(1, KEEP_ROTATED + 1))]
+        try:
+            for index in range(KEEP_ROTATED - 1, -1, -1):
+                # A missing one is no generation yet, or another writer rotated first.
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(names[index], names[index + 1])
+        except OSError as exc:
+            self.warn_once("rotate", (
+                f"usage log {self.path} reached its limit of {self.max_bytes} bytes "
+                f"(TETHER_USAGE_LOG_MAX_BYTES) and cannot be rotated ({_reason(exc)}); nothing "
+                "more is written to it until it can be. Make its directory writable (and "
+                f"{self.path.name}.1-.{KEEP_ROTATED} plain files), or move the log away"))
+            return False
         self.close()
+        return True
 
     def close(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd = self._ino = None
+
+
+def _reason(exc: OSError) -> str:
+    return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc.strerror or exc)
 
 
 # -- one call ---------------------------------------------------------------------------------
@@ -126,6 +188,8 @@ class CallRecorder:
     truncated: bool = False
     last_finish: float | None = None
     summary: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: BashCommand's wait: ``requested`` (seconds or None, once validated), ``taken_ms``.
+    wait: dict[str, float | None] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -185,6 +249,20 @@ def phase(name: str) -> contextlib.AbstractContextManager[None]:
     return recorder.phase(name)
 
 
+def wait_requested(seconds: float | None) -> None:
+    """Note the validated ``wait_for_seconds`` of the call in progress (None: the default)."""
+    recorder = _current.get()
+    if recorder is not None:
+        recorder.wait["requested"] = seconds
+
+
+def wait_taken(ms: int) -> None:
+    """Note the wait the guardian answered after: the call reached it with this allowance."""
+    recorder = _current.get()
+    if recorder is not None:
+        recorder.wait["taken_ms"] = ms
+
+
 def phase_for_method(method: str) -> str:
     """Which phase a guardian RPC belongs to."""
     if method in ("exec.wait", "exec.wait_turn"):
@@ -229,14 +307,15 @@ class UsageLog:
         run: Callable[[], Awaitable[types.CallToolResult]],
     ) -> types.CallToolResult:
         """Run one tool call, logging it when the log is enabled."""
-        if self.sink is None:
+        sink = self.sink
+        if sink is None:
             return await run()
-        args = dict(arguments or {})
+        args = dict(arguments) if isinstance(arguments, Mapping) else {}
         call_id = secrets.token_hex(8)
         base = {"usage_call_id": call_id, "usage_schema": USAGE_SCHEMA,
-                **classify(tool, args)}
-        self.sink.write({"event": "tool_started", "ts_unix_ms": self.wall_ms(), **base})
-        recorder = CallRecorder(self.sink, call_id, self.clock)
+                **(self._safely(classify, tool, args) or UNCLASSIFIED)}
+        sink.write({"event": "tool_started", "ts_unix_ms": self.wall_ms(), **base})
+        recorder = CallRecorder(sink, call_id, self.clock)
         token = _current.set(recorder)
         start = self.clock()
         result: types.CallToolResult | None = None
@@ -253,9 +332,24 @@ class UsageLog:
             }
             if recorder.truncated:
                 event["phases_truncated"] = True
-            event.update(outcome_fields(result))
-            event.update(workflow_fields(tool, args, result))
-            self.sink.write(event)
+            event.update(self._safely(outcome_fields, result) or {"outcome": "unknown"})
+            event.update(self._safely(workflow_fields, tool, args, result) or {})
+            if event["tool"] == "BashCommand" and event["action"] in WAITING_ACTIONS:
+                event.update(self._safely(wait_fields, recorder.wait) or {})
+            sink.write(event)
+
+    def _safely(self, fields: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
+        """``fields(*args)``, or None (said once on stderr) if it raises: a bug in the
+        logging code costs the log a detail, never the call its result."""
+        try:
+            return fields(*args)
+        except Exception as exc:
+            assert self.sink is not None
+            self.sink.warn_once(f"fields:{fields.__name__}", (
+                f"usage log: {fields.__name__} failed ({type(exc).__name__}: {exc}); the "
+                "tool calls are not affected, their log lines lack these fields; please "
+                "report this"))
+            return None
 
 
 def _action_json(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -292,6 +386,8 @@ ACTIONS: dict[str, frozenset[str]] = {
                         "resume", "archive", "unarchive", "cancel", "label", "notifications"}),
 }
 BACKENDS = frozenset({"native", "herdr"})
+#: What a call is logged as when even its classification failed.
+UNCLASSIFIED = {"tool": "other", "action": "unknown", "backend": "unknown"}
 _SAFE_WORD = frozenset("abcdefghijklmnopqrstuvwxyz_")
 
 
@@ -305,13 +401,14 @@ def _word(value: Any) -> str | None:
 def _known(value: Any, vocabulary: frozenset[str]) -> str:
     if value is None:
         return "unknown"
-    return value if value in vocabulary else "other"
+    # Only a string is looked up: a list or a dict from the client is unhashable.
+    return value if isinstance(value, str) and value in vocabulary else "other"
 
 
 def classify(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Tool, action and backend: finite classifications only."""
+    """Tool, action and backend: finite classifications only (never raises)."""
     if tool not in ACTIONS:
-        return {"tool": "other", "action": "unknown", "backend": "unknown"}
+        return dict(UNCLASSIFIED)
     backend = _known(args.get("backend", "native"), BACKENDS) if tool == "Agent" else "native"
     return {"tool": tool, "action": _known(_action_of(tool, args), ACTIONS[tool]),
             "backend": backend}
@@ -334,8 +431,16 @@ def outcome_fields(result: types.CallToolResult | None) -> dict[str, Any]:
     return fields
 
 
+#: An error code as Tether writes them (``not_found``); a newer guardian's code of this shape
+#: is kept, anything else is logged as ``unknown`` (never free text).
+_CODE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
 def _code(value: Any) -> str | None:
-    return value if isinstance(value, str) and _word(value) else None
+    """The result's code; None when it has none."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) and _CODE.fullmatch(value) else "unknown"
 
 
 def workflow_fields(
@@ -343,7 +448,7 @@ def workflow_fields(
 ) -> dict[str, Any]:
     """Counters that say what a call did, without saying what it was about."""
     fields: dict[str, Any] = {}
-    action = _action_of(tool, args)
+    action = _known(_action_of(tool, args), ACTIONS.get(tool, frozenset()))
     data: dict[str, Any] = {}
     if result is not None and isinstance(result.structured_content, dict):
         raw = result.structured_content.get("data")
@@ -370,31 +475,26 @@ def workflow_fields(
         for key in ("delivered", "activity_observed", "wait_reached"):
             if isinstance(receipt.get(key), bool):
                 fields[f"receipt_{key}"] = receipt[key]
-    if tool == "BashCommand" and action in WAITING_ACTIONS:
-        fields.update(_wait_fields(action, args, result))
+        # A repeated prompt_id answers with the first delivery's receipt: replayed, nothing
+        # sent. Without these, a repeat reads as one more delivery.
+        for key in ("replayed", "input_sent"):
+            if isinstance(data.get(key), bool):
+                fields[f"receipt_{key}"] = data[key]
     return fields
 
 
-def _wait_fields(
-    action: str, args: Mapping[str, Any], result: types.CallToolResult | None
-) -> dict[str, Any]:
-    """Requested vs server-selected inline wait (seed "Usage metrics")."""
-    requested = args.get("wait_for_seconds")
-    fields: dict[str, Any] = {}
-    if isinstance(requested, int | float) and not isinstance(requested, bool):
-        fields["requested_wait_policy"] = "explicit"
+def wait_fields(wait: Mapping[str, float | None]) -> dict[str, Any]:
+    """Requested vs server-selected inline wait (seed "Usage metrics"), from what the tool
+    noted: the request is unknown when the arguments were refused, the effective wait when
+    the call was refused before the guardian took it (a bad scope, a mode, a busy shell)."""
+    if "requested" not in wait:
+        return {"requested_wait_policy": "unknown"}
+    requested = wait["requested"]
+    policy = "default" if requested is None else "explicit"
+    fields: dict[str, Any] = {"requested_wait_policy": policy}
+    if requested is not None:
         fields["requested_wait_ms"] = int(requested * 1000)
-    else:
-        fields["requested_wait_policy"] = "default"
-    # The allowance is unknown when the call failed before routing (bad arguments).
-    content = result.structured_content if result is not None else None
-    if not isinstance(content, dict) or content.get("code") == "invalid_request":
-        return fields
-    wait_ms = fields.get("requested_wait_ms", DEFAULT_WAIT_MS)
-    if action in ("send_text", "send_keys"):
-        wait_ms = min(wait_ms, MAX_INPUT_WAIT_MS)
-    if action == "command" and _action_json(args).get("is_background") is True:
-        wait_ms = 0
-    fields.update(effective_wait_policy=fields["requested_wait_policy"],
-                  effective_wait_ms=wait_ms, effective_wait_mode="synchronous")
+    if wait.get("taken_ms") is not None:
+        fields.update(effective_wait_policy=policy, effective_wait_ms=wait["taken_ms"],
+                      effective_wait_mode="synchronous")
     return fields

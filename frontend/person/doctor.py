@@ -25,7 +25,7 @@ from tether.frontend.guardians import GuardianLocator
 from tether.frontend.health import measured
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
-from tether.frontend.usage import DEFAULT_MAX_BYTES
+from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import known_minor_versions
@@ -259,23 +259,78 @@ class Doctor:
             self.add("action", f"TETHER_USAGE_LOG_MAX_BYTES={limit!r} is not a number of bytes",
                      "export TETHER_USAGE_LOG_MAX_BYTES=16777216")
             max_bytes = DEFAULT_MAX_BYTES
-        if not path.exists():
-            parent_ok = path.parent.is_dir() and os.access(path.parent, os.W_OK)
-            self.add("ok" if parent_ok else "action",
-                     f"usage log {path} does not exist yet"
-                     + ("" if parent_ok else " and its directory is not writable"),
-                     None if parent_ok else f"mkdir -m 700 -p {path.parent}")
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            self.usage_log_to_create(path)
             return
-        st = path.stat()
-        if st.st_uid != os.getuid():
+        except OSError as exc:
+            self.add("action", f"usage log {path} cannot be examined ({exc.strerror})",
+                     f"ls -ld {path.parent}")
+            return
+        unfit = _unfit_filesystem(path)
+        if stat.S_ISDIR(st.st_mode):
+            self.add("action", f"usage log {path} is a directory: nothing can be logged",
+                     f"set TETHER_USAGE_LOG to a file path, such as {path / 'usage.jsonl'}")
+        elif not stat.S_ISREG(st.st_mode):
+            self.add("action", f"usage log {path} is not a regular file: nothing is logged",
+                     "set TETHER_USAGE_LOG to a regular file you own")
+        elif unfit:
+            self.add("action", f"usage log {path} {unfit}: nothing can be logged",
+                     self.usage_log_elsewhere())
+        elif st.st_uid != os.getuid():
             self.add("action", f"usage log {path} is owned by uid {st.st_uid}, not you",
                      "set TETHER_USAGE_LOG to a file you own")
         elif stat.S_IMODE(st.st_mode) != 0o600:
             self.add("action", f"usage log {path} has mode {stat.S_IMODE(st.st_mode):04o}; it "
                      "must be 0600", f"chmod 600 {path}")
+        elif not os.access(path, os.W_OK):
+            self.add("action", f"usage log {path} cannot be written (read-only or immutable)",
+                     f"lsattr {path}; chattr -i {path}, or set TETHER_USAGE_LOG to another file")
         else:
-            self.add("ok", f"usage log {path}: {st.st_size / 1e6:.1f} MB of "
-                     f"{max_bytes / 1e6:.1f} MB before rotation (0600)")
+            self.usage_log_size(path, st.st_size, max_bytes)
+
+    def usage_log_size(self, path: Path, size: int, max_bytes: int) -> None:
+        """Under its limit, and able to rotate when it gets there? (A full log that cannot
+        be rotated gets no more lines.)"""
+        of = (f"{size / 1e6:.1f} MB of {max_bytes / 1e6:.1f} MB" if max_bytes >= 1e6
+              else f"{size} of {max_bytes} bytes")
+        blocked = _rotation_blocked(path)
+        if blocked:
+            why, fix = blocked
+            self.add("action", f"usage log {path} cannot be rotated: {why}; " + (
+                f"it is over its limit ({of}), so nothing more is written to it"
+                if size >= max_bytes else f"once it reaches its limit ({of} now) nothing more "
+                "will be written to it"), fix)
+        elif size >= max_bytes:
+            self.add("warn", f"usage log {path} is over its limit ({of}); the next line "
+                     "written rotates it", None)
+        else:
+            self.add("ok", f"usage log {path}: {of} before rotation (0600)")
+
+    def usage_log_elsewhere(self) -> str:
+        return ("set TETHER_USAGE_LOG to a file on a disk, such as "
+                f"{self.config.state_home / 'usage.jsonl'}")
+
+    def usage_log_to_create(self, path: Path) -> None:
+        """A log path that does not exist yet: can ``tether serve`` create it (and the
+        directories above it, which it makes at 0700)?"""
+        ancestor = path.parent
+        while not os.path.exists(ancestor):
+            ancestor = ancestor.parent
+        unfit = _unfit_filesystem(ancestor)
+        if not ancestor.is_dir():
+            self.add("action", f"usage log {path} cannot be created: {ancestor} is a file, "
+                     "not a directory", "set TETHER_USAGE_LOG to a path under a directory")
+        elif unfit:
+            self.add("action", f"usage log {path} cannot be created: {ancestor} {unfit}",
+                     self.usage_log_elsewhere())
+        elif not os.access(ancestor, os.W_OK | os.X_OK):
+            self.add("action", f"usage log {path} cannot be created: {ancestor} is not "
+                     "writable", f"chmod u+wx {ancestor}, or set TETHER_USAGE_LOG elsewhere")
+        else:
+            self.add("ok", f"usage log {path} does not exist yet (created on the first "
+                     "tool call)")
 
     async def run(self) -> None:
         self.versions()
@@ -287,6 +342,32 @@ class Doctor:
                     self.private_dir(key_dir, "guardian runtime dir", "TETHER_RUNTIME_DIR")
         await self.guardians()
         self.usage_log()
+
+
+def _rotation_blocked(path: Path) -> tuple[str, str] | None:
+    """Why renaming the log to ``.1`` (and older ones up) would be refused, and the fix."""
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # also false for an immutable directory
+        return (f"{path.parent} refuses renames (not writable, or immutable)",
+                f"chmod u+w {path.parent} (lsattr -d {path.parent}: chattr -i if immutable), or "
+                "set TETHER_USAGE_LOG to a file in a directory you can write")
+    for index in range(1, KEEP_ROTATED + 1):
+        older = path.with_name(f"{path.name}.{index}")
+        if os.path.lexists(older) and not older.is_file():
+            return f"{older} is not a regular file", f"move {older} out of the way"
+    return None
+
+
+def _unfit_filesystem(path: Path) -> str | None:
+    """Why files cannot be written on the filesystem holding ``path``, if it is plain."""
+    try:
+        fs = os.statvfs(path)
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror})"
+    if fs.f_flag & os.ST_RDONLY:
+        return "is on a read-only filesystem"
+    if fs.f_blocks == 0:  # /proc, /sys and their kind hold no files of ours
+        return "is on a pseudo-filesystem (such as proc or sysfs) that holds no log files"
+    return None
 
 
 def lock_holders(path: Path) -> list[int]:

@@ -5,10 +5,18 @@ Rules, after the seed's "Workflow telemetry" and "Usage metrics":
 - auxiliary events (``tool_started``, ``tool_phase``) are set aside before ``--last`` applies,
   so the window is always the last N terminal ``tool_call`` events;
 - ``--since-minutes 0`` means no time limit;
+- error codes count error results only, each with its code or as ``unknown``; the code of a
+  call that completed with issues is counted apart (``issue_codes``);
+- a number that is not finite (NaN, Infinity, 1e400) is malformed, so unknown;
 - missing or malformed data stays unknown: a call without a duration is counted as
   ``duration_unknown`` and never as a zero sample, a group with no known duration has
   percentiles ``null``; a malformed line is counted, never guessed at;
-- phase totals are inclusive (they overlap) and are not parts of the call's duration.
+- only ``tool_call`` lines of the ``usage_schema`` versions it knows are read; lines of
+  another version, or with none, are counted per version and set aside (never mixed in),
+  before ``--last`` applies;
+- phase totals are inclusive (they overlap) and are not parts of the call's duration;
+- a prompt that repeats a ``prompt_id`` (``receipt_replayed``) is counted as a repeat, apart
+  from deliveries: its receipt is the first delivery's.
 """
 
 from __future__ import annotations
@@ -24,10 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.frontend.person.term import table
+from tether.frontend.person.term import table, visible
 
 AUXILIARY = frozenset({"tool_started", "tool_phase"})
-RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached")
+#: The ``usage_schema`` versions this report reads (``tether.frontend.usage.USAGE_SCHEMA``).
+KNOWN_USAGE_SCHEMAS = (1,)
+_KNOWN_SCHEMA_NAMES = frozenset(str(v) for v in KNOWN_USAGE_SCHEMAS)
+RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached", "input_sent")
 OBSERVE_COUNTERS = ("observe_requested_items", "observe_returned_items",
                     "observe_items_with_issues")
 
@@ -40,11 +51,36 @@ def percentile(samples: list[float], q: float) -> float | None:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def _finite(value: Any) -> float | None:
+    """A finite non-negative number, or None: JSON from Python may hold NaN, Infinity or
+    1e400 (read as infinity), and an integer too big for a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 def _count(value: Any) -> int | None:
     """A non-negative integer counter, or None when missing or malformed."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+def _schema(event: dict[str, Any]) -> str:
+    """A line's ``usage_schema`` as a short name: ``1``, ``missing``, ``null``, or ``other``
+    for anything that is not a plain small integer (never the raw value: the log's text)."""
+    if "usage_schema" not in event:
+        return "missing"
+    value = event["usage_schema"]
+    if value is None:
+        return "null"
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
+        return str(value)
+    return "other"
 
 
 def _label(value: Any) -> str:
@@ -63,6 +99,7 @@ class Group:
     duration_unknown: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     error_codes: Counter[str] = field(default_factory=Counter)
+    issue_codes: Counter[str] = field(default_factory=Counter)
     observe: dict[str, list[int]] = field(default_factory=dict)
     observe_unknown: Counter[str] = field(default_factory=Counter)
     receipts: dict[str, Counter[str]] = field(default_factory=dict)
@@ -72,15 +109,19 @@ class Group:
 
     def add(self, event: dict[str, Any]) -> None:
         self.count += 1
-        duration = event.get("duration_ms")
-        if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
-            self.durations.append(float(duration))
+        duration = _finite(event.get("duration_ms"))
+        if duration is not None:
+            self.durations.append(duration)
         else:
             self.duration_unknown += 1
-        self.outcomes[_label(event.get("outcome"))] += 1
-        code = event.get("code")
-        if isinstance(code, str) and code:
-            self.error_codes[code] += 1
+        result = _label(event.get("outcome"))
+        self.outcomes[result] += 1
+        # Every error result counts, with its code or as unknown; the code of a call that
+        # completed with issues (an observe with a missing item) is not an error.
+        if result == "error":
+            self.error_codes[_label(event.get("code"))] += 1
+        elif result == "completed_with_issues":
+            self.issue_codes[_label(event.get("code"))] += 1
         if self.action == "observe":
             for name in OBSERVE_COUNTERS:
                 value = _count(event.get(name))
@@ -90,17 +131,21 @@ class Group:
                     self.observe.setdefault(name, []).append(value)
         if event.get("receipt_observed") is True or (self.tool == "Agent"
                                                      and self.action == "prompt"):
-            for fact in RECEIPT_FACTS:
-                value = event.get(f"receipt_{fact}")
-                bucket = self.receipts.setdefault(fact, Counter())
-                bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
+            replayed = event.get("receipt_replayed")
+            kind = ("repeat" if replayed else "new") if isinstance(replayed, bool) else "unknown"
+            self.receipts.setdefault("calls", Counter())[kind] += 1
+            if kind != "repeat":  # a repeat reports the first delivery again: not counted twice
+                for fact in RECEIPT_FACTS:
+                    value = event.get(f"receipt_{fact}")
+                    bucket = self.receipts.setdefault(fact, Counter())
+                    bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
         if self.action == "wait" and self.tool in ("Execution", "Agent"):
             outcome = event.get("catalog_outcome")
             self.catalog[outcome if outcome in ("changed", "timeout", "resync") else "unknown"] += 1
         if self.tool == "BashCommand" and "requested_wait_policy" in event:
-            wait = event.get("effective_wait_ms")
-            if isinstance(wait, int | float) and not isinstance(wait, bool) and wait >= 0:
-                self.effective_wait.append(float(wait))
+            wait = _finite(event.get("effective_wait_ms"))
+            if wait is not None:
+                self.effective_wait.append(wait)
             else:
                 self.effective_wait_unknown += 1
 
@@ -115,6 +160,8 @@ class Group:
             "error_codes": dict(self.error_codes),
             "error_results": sum(self.error_codes.values()),
         }
+        if self.issue_codes:
+            data["issue_codes"] = dict(self.issue_codes)
         if self.action == "observe":
             data["observe"] = {
                 name.removeprefix("observe_"): {
@@ -142,6 +189,8 @@ class Report:
     other_events: int = 0
     undated_excluded: int = 0
     tool_calls_in_log: int = 0
+    #: tool_call lines set aside, by their usage_schema (see :func:`_schema`).
+    other_schemas: Counter[str] = field(default_factory=Counter)
     groups: dict[tuple[str, str, str], Group] = field(default_factory=dict)
     phases: dict[str, list[float]] = field(default_factory=dict)
     started_without_terminal: int = 0
@@ -154,6 +203,8 @@ class Report:
             "auxiliary_events": self.auxiliary_events,
             "other_events": self.other_events,
             "tool_calls_in_log": self.tool_calls_in_log,
+            "usage_schemas_read": list(KNOWN_USAGE_SCHEMAS),
+            "other_schema_calls": dict(self.other_schemas),
             "tool_calls": sum(g.count for g in self.groups.values()),
             "window": {**self.window, "undated_excluded": self.undated_excluded},
             "workflows": [g.to_dict() for _, g in sorted(self.groups.items())],
@@ -198,13 +249,17 @@ def build_report(lines: Iterable[str], *, last: int | None, since_minutes: float
         report.tool_calls_in_log += 1
         if isinstance(call_id, str):
             finished.add(call_id)
-        calls.append(event)
+        schema = _schema(event)
+        if schema in _KNOWN_SCHEMA_NAMES:
+            calls.append(event)
+        else:  # its fields may mean something else: counted, never mixed in
+            report.other_schemas[schema] += 1
     if since_minutes > 0:
         cutoff = now_ms - since_minutes * 60_000
         kept = []
         for event in calls:
-            ts = event.get("ts_unix_ms")
-            if not isinstance(ts, int | float) or isinstance(ts, bool):
+            ts = _finite(event.get("ts_unix_ms"))
+            if ts is None:
                 report.undated_excluded += 1
             elif ts >= cutoff:
                 kept.append(event)
@@ -218,10 +273,11 @@ def build_report(lines: Iterable[str], *, last: int | None, since_minutes: float
         if isinstance(event.get("usage_call_id"), str):
             window_ids.add(event["usage_call_id"])
     for event in phase_events:
-        duration = event.get("duration_ms")
-        if (event.get("usage_call_id") in window_ids and event.get("edge") == "finish"
-                and isinstance(duration, int | float) and not isinstance(duration, bool)):
-            report.phases.setdefault(_label(event.get("phase")), []).append(float(duration))
+        duration = _finite(event.get("duration_ms"))
+        call_id = event.get("usage_call_id")
+        if (isinstance(call_id, str) and call_id in window_ids and event.get("edge") == "finish"
+                and duration is not None):
+            report.phases.setdefault(_label(event.get("phase")), []).append(duration)
     report.started_without_terminal = len(started - finished)
     return report
 
@@ -234,10 +290,46 @@ def _counts(counter: dict[str, int]) -> str:
     return ", ".join(f"{k}×{v}" for k, v in sorted(counter.items())) or "-"
 
 
+def _details(g: dict[str, Any]) -> list[str]:
+    """The lines under the table for one group: observe items, receipts, issues, waits."""
+    out: list[str] = []
+    name = f"{g['tool']}.{g['action']} ({g['backend']})"
+    if "observe" in g:
+        parts = []
+        for key, value in g["observe"].items():
+            shown = "unknown" if value["sum"] is None else str(value["sum"])
+            extra = f" ({value['calls_unknown']} calls unknown)" if value["calls_unknown"] else ""
+            parts.append(f"{key} {shown}{extra}")
+        out.append(f"{name} observe items: " + "; ".join(parts))
+    if "receipts" in g:
+        receipts = dict(g["receipts"])
+        calls = receipts.pop("calls", {})
+        repeats = calls.get("repeat", 0)
+        out.append(f"{name} prompt receipts: calls {_counts(calls)}"
+                   + (f" ({repeats} repeated a prompt_id: answered from the first "
+                      "delivery, nothing sent, not counted below)" if repeats else "")
+                   + "".join(f"; {fact} {_counts(counts)}"
+                             for fact, counts in receipts.items()))
+    if "issue_codes" in g:
+        out.append(f"{name} completed with issues (not errors): {_counts(g['issue_codes'])}")
+    if "catalog" in g:
+        out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
+    if "effective_wait_ms" in g:
+        w = g["effective_wait_ms"]
+        out.append(f"{name} effective wait p50 {_ms(w['p50'])} ms "
+                   f"({w['known']} known, {w['unknown']} unknown)")
+    return out
+
+
 def render_text(data: dict[str, Any], log: Path) -> str:
     out = [f"usage log {log}: {data['lines_seen']} lines, {data['tool_calls']} tool calls in the "
            f"window ({data['tool_calls_in_log']} in the log), "
            f"{data['malformed_lines']} malformed lines"]
+    if data["other_schema_calls"]:
+        read = ", ".join(str(v) for v in data["usage_schemas_read"])
+        out.append(f"{sum(data['other_schema_calls'].values())} tool calls set aside, by "
+                   f"usage_schema: {_counts(data['other_schema_calls'])} (this report reads "
+                   f"version {read}; a newer Tether's lines need its own tether report)")
     if data["window"]["undated_excluded"]:
         out.append(f"{data['window']['undated_excluded']} calls without a time were left out "
                    "of the --since-minutes window")
@@ -251,23 +343,9 @@ def render_text(data: dict[str, Any], log: Path) -> str:
     out.append(table(["TOOL", "ACTION", "BACKEND", "CALLS", "P50 MS", "P95 MS", "OUTCOMES",
                       "ERROR CODES"], rows) if rows else "no tool calls in the window")
     for g in data["workflows"]:
-        name = f"{g['tool']}.{g['action']} ({g['backend']})"
-        if "observe" in g:
-            parts = []
-            for key, value in g["observe"].items():
-                shown = "unknown" if value["sum"] is None else str(value["sum"])
-                extra = f" ({value['calls_unknown']} calls unknown)" if value["calls_unknown"] else ""
-                parts.append(f"{key} {shown}{extra}")
-            out.append(f"{name} observe items: " + "; ".join(parts))
-        if "receipts" in g:
-            out.append(f"{name} prompt receipts: " + "; ".join(
-                f"{fact} {_counts(counts)}" for fact, counts in g["receipts"].items()))
-        if "catalog" in g:
-            out.append(f"{name} catalog outcomes: {_counts(g['catalog'])}")
-        if "effective_wait_ms" in g:
-            w = g["effective_wait_ms"]
-            out.append(f"{name} effective wait p50 {_ms(w['p50'])} ms "
-                       f"({w['known']} known, {w['unknown']} unknown)")
+        # Tool, action and code names are the log's text: a hand-edited or foreign log can
+        # hold escape sequences, shown, never sent to the terminal (tables do the same).
+        out += [visible(line) for line in _details(g)]
     if data["phases"]:
         out.append("phases (inclusive: they overlap; do not add them up):")
         out.append(table(["PHASE", "COUNT", "P50 MS", "P95 MS"], [
@@ -280,20 +358,31 @@ def render_text(data: dict[str, Any], log: Path) -> str:
     return "\n".join(out)
 
 
+def _minutes(text: str) -> float:
+    """``--since-minutes``: a finite number of minutes, 0 or more (nan would mean no limit,
+    and would reach --json as NaN, which is not JSON)."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(minutes) or minutes < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of minutes, 0 or more (0: no limit), got {text!r}")
+    return minutes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether report",
                                      description="Summarise a Tether usage log (TETHER_USAGE_LOG).")
     parser.add_argument("--log", required=True, type=Path, help="the usage log (JSONL)")
     parser.add_argument("--last", type=int, default=None,
                         help="only the last N tool calls (auxiliary events are not counted)")
-    parser.add_argument("--since-minutes", type=float, default=0,
+    parser.add_argument("--since-minutes", type=_minutes, default=0.0,
                         help="only calls from the last M minutes (0: no limit)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     if args.last is not None and args.last < 0:
         parser.error("--last must be 0 or more")
-    if args.since_minutes < 0:
-        parser.error("--since-minutes must be 0 or more")
     try:
         with args.log.open(encoding="utf-8", errors="replace") as fh:
             report = build_report(fh, last=args.last, since_minutes=args.since_minutes,
@@ -303,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     data = report.to_dict()
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))  # strict JSON
     else:
         print(render_text(data, args.log))
     return 0

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import mcp_types as types
 
-from tether.frontend import results
+from tether.frontend import results, usage
 from tether.frontend.modes import Guard, check_bash_action, send_checked
 from tether.frontend.outputs import BASH_COMMAND_OUTPUT
 from tether.frontend.schemas import (
@@ -53,6 +53,7 @@ class BashCommandTool(Tool):
     async def run(
         self, session: Session, args: BashCommandArgs, progress: Progress
     ) -> types.CallToolResult:
+        usage.wait_requested(args.wait_for_seconds)
         root, scope = session.scope(args.thread_id, args.workspace_root)
         action = args.action_json
         wait_s = DEFAULT_WAIT_MS / 1000 if args.wait_for_seconds is None else args.wait_for_seconds
@@ -101,11 +102,13 @@ class BashCommandTool(Tool):
             return await check_bash_action(session, root, scope, action, fresh=fresh)
 
         async def send(guard: Guard) -> Any:
-            return await _with_progress(
+            reply = await _with_progress(
                 session.locator.call(root, method, {**params, **guard},
                                      timeout_s=wait_s + RPC_SLACK_S),
                 progress, wait_s,
             )
+            usage.wait_taken(params["wait_ms"])  # a refusal (shell_busy, ...) waited for nothing
+            return reply
 
         # The thread's mode is checked before anything is sent (mode_denied), and the
         # guardian verifies the input was checked against the mode the thread has now.
