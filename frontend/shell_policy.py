@@ -21,9 +21,10 @@ Rules (the ``rule`` of each violation, stable names):
   carry a command the parser never sees. Integer literals are fine.
 - ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
 - ``no_assignments``: ``VAR=value`` (alone or before a command), a loop over a variable that
-  is not a plain lowercase name (``for PROMPT_COMMAND in ...``), or a descriptor variable
-  (``{PATH}>file``): it can change what later commands run (``PROMPT_COMMAND``,
-  ``LD_PRELOAD``, ``GIT_PAGER``, ``PATH``).
+  is not a plain lowercase name (``for PROMPT_COMMAND in ...``), a descriptor variable
+  (``{PATH}>file``), or an expansion that assigns (``${x=value}``, ``${x:=value}``): it can
+  change what later commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``,
+  ``PATH``).
 - ``no_functions``: a function definition: it can change what a command name runs later
   (``ls() { ...; }``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
@@ -102,27 +103,34 @@ _DELIMITER_QUOTING = re.compile(r"['\"\\$]")
 _BODY_EXPANDS = re.compile(r"[$`]")
 #: ``{NAME}`` right before a redirection operator: bash stores the new descriptor in NAME.
 _FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+_EVALUATED = "evaluated_expansion"
 
 
-def evaluates(expansion: str) -> str | None:
-    """Why the parameter expansion ``${expansion}`` makes bash evaluate a value as code or
-    arithmetic (None: it only substitutes text)."""
+def expansion_rule(expansion: str) -> tuple[str, str] | None:
+    """The rule the parameter expansion ``${expansion}`` breaks in a restricted mode and why:
+    it assigns (``no_assignments``), or makes bash evaluate a value as code or arithmetic
+    (``evaluated_expansion``). None: it only substitutes text."""
     if expansion.startswith("!"):
-        return "an indirection `${!x}` expands the name in x, array subscripts included"
+        return _EVALUATED, "an indirection `${!x}` expands the name in x, array subscripts included"
     body = expansion[1:] if expansion.startswith("#") and len(expansion) > 1 else expansion
     parts = _PARAMETER.fullmatch(body)
     if parts is None:
-        return "an expansion the check cannot read"
-    subscript, rest = parts.group(2), parts.group(3)
+        return _EVALUATED, "an expansion the check cannot read"
+    name, subscript, rest = parts.groups()
+    if rest.startswith(("=", ":=")):
+        # `${PROMPT_COMMAND[1]=touch x}` sets it when unset, and bash runs it at the prompt.
+        return "no_assignments", (f"`${{{name}{rest[:rest.index('=') + 1]}...}}` assigns "
+                                  f"{name} when it is unset or empty, which can change what "
+                                  "later commands run; use `${x:-...}`, which only substitutes")
     if subscript is not None and not _LITERAL_SUBSCRIPT.fullmatch(subscript):
-        return "an array subscript is arithmetic, which bash evaluates (values included)"
+        return _EVALUATED, "an array subscript is arithmetic, which bash evaluates (values included)"
     if rest.startswith("@"):
-        return "a transformation `${x@...}` (`@P` runs the commands in the value)"
-    if rest.startswith(":") and rest[1:2] not in ("-", "=", "+", "?") \
+        return _EVALUATED, "a transformation `${x@...}` (`@P` runs the commands in the value)"
+    if rest.startswith(":") and rest[1:2] not in ("-", "+", "?") \
             and not _LITERAL_SUBSTRING.fullmatch(rest):
-        return "a substring offset or length is arithmetic, which bash evaluates"
+        return _EVALUATED, "a substring offset or length is arithmetic, which bash evaluates"
     if "${" in rest:
-        return "an expansion nested in an operator cannot be checked"
+        return _EVALUATED, "an expansion nested in an operator cannot be checked"
     return None
 
 
@@ -231,8 +239,8 @@ class _Checker:
             if _SUBSTITUTION.search(value):
                 self.refuse(node, "unchecked_substitution",
                             "a command inside a parameter expansion cannot be checked")
-            elif self.allowed is not None and (why := evaluates(value)) is not None:
-                self.refuse(node, "evaluated_expansion", why)
+            elif self.allowed is not None and (broken := expansion_rule(value)) is not None:
+                self.refuse(node, *broken)
         elif kind == "word" and self.allowed is not None and "\n" in _unquoted(self.text(node)):
             # A word cannot hold an unquoted newline unless the parser lost track of where a
             # substitution ends (bashlex reads `$(echo a#b) ; touch x` + newline + `)` as one

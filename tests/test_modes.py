@@ -132,6 +132,20 @@ async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
     assert fine["output"].split() == ["a-/", "b-/"]
 
 
+async def test_what_bash_reads_differently_inside_an_expansion_does_not_get_past_a_mode(
+    client: Client, workspace: Path,
+) -> None:
+    """The fifth round's bypasses inside `${...}` (which bashlex does not parse): an operator
+    that assigns. Refused, and nothing runs, not even at the next prompt."""
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    for command in (f"echo ${{PROMPT_COMMAND[1]=touch {workspace}/assigned}}",):
+        err = await refused(client, session, {"type": "command", "command": command})
+        assert err["code"] == "mode_denied", (command, err)
+    assert (await run(client, session, "true"))["exit_code"] == 0  # PROMPT_COMMAND runs here
+    assert sorted(p.name for p in workspace.iterdir()) == ["sub"]
+
+
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:
     (workspace / "x").write_text("data\n")
     async with Client(build_server(tether_env)) as first:

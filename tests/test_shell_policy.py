@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,22 @@ ARCHITECT = ModeSpec(name="architect")
 
 def refusals(mode: ModeSpec, command: str, cwd: str = WS) -> list[tuple[str, str]]:
     return [(v.segment, v.rule) for v in violations_of(mode, command, cwd=cwd, workspace_root=WS)]
+
+
+def rules(mode: ModeSpec, command: str, cwd: str = WS) -> list[str]:
+    return [rule for _, rule in refusals(mode, command, cwd)]
+
+
+def bash_leaves(command: str, where: Path, *, interactive: bool = False) -> list[str]:
+    """The files real bash leaves in the new directory ``where`` after running ``command``
+    (``interactive``: typed into ``bash -i``, which also runs PROMPT_COMMAND at its next
+    prompt, as Tether's shell does). The proof that a refused line does what the report says."""
+    where.mkdir()
+    argv = ["bash", "--norc", "--noprofile", *(["-i"] if interactive else ["-c", command])]
+    subprocess.run(argv, cwd=where, input=f"{command}\n" if interactive else None,
+                   capture_output=True, text=True, timeout=20,
+                   env={"PATH": os.environ["PATH"], "HOME": str(where.parent), "HISTFILE": ""})
+    return sorted(os.listdir(where))
 
 
 @pytest.mark.parametrize("command", [
@@ -234,3 +252,17 @@ def test_a_descriptor_variable_redirection_is_an_assignment(mode: ModeSpec, comm
     # `{NAME}>file` stores the new descriptor's number in NAME (PROMPT_COMMAND=11).
     assert "no_assignments" in [rule for _, rule in refusals(mode, command)]
     assert refusals(mode, "ls {a} >/dev/null {x}") == []  # a brace word with a space is text
+
+
+@pytest.mark.parametrize("command", [
+    "echo ${PROMPT_COMMAND[1]=touch made}",
+    'echo "${PROMPT_COMMAND=touch made}"',
+    "ls ${PROMPT_COMMAND:=touch made}",
+    "echo ${PROMPT_COMMAND[0]:=touch made}",
+])
+def test_an_expansion_that_assigns_is_an_assignment(command: str, tmp_path: Path) -> None:
+    # `${x=value}` and `${x:=value}` set x (here PROMPT_COMMAND, which bash runs at the prompt).
+    assert bash_leaves(command, tmp_path / "bash", interactive=True) == ["made"]
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert "no_assignments" in rules(mode, command), (mode.name, refusals(mode, command))
+    assert rules(ARCHITECT, "echo ${x:-a=b} ${x/a=/b} ${x:+=}") == []  # `=` only as text
