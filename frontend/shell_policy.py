@@ -16,9 +16,10 @@ Rules (the ``rule`` of each violation, stable names):
 - ``unchecked_substitution``: a command substitution the parser does not expose.
 - ``evaluated_expansion``: an expansion that makes bash evaluate a value as code or
   arithmetic (``${x@P}`` runs the substitutions in ``x``; an offset ``${x:n}``, a subscript
-  ``${a[i]}`` or an indirection ``${!x}`` evaluates ``n``, ``i`` or what ``x`` names, array
-  subscripts included): a value set earlier (by a loop, or before the mode changed) could
-  carry a command the parser never sees. Integer literals are fine.
+  ``${a[i]}``, an indirection ``${!x}`` or ``$[x]`` evaluates ``n``, ``i`` or what ``x``
+  names, array subscripts included): a value set earlier (by a loop, or before the mode
+  changed) could carry a command the parser never sees. Integer literals are fine; inside an
+  operator's word (``${x:-word}``) only ``$name`` is.
 - ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
 - ``no_assignments``: ``VAR=value`` (alone or before a command), a loop over a variable that
   is not a plain lowercase name (``for PROMPT_COMMAND in ...``), a descriptor variable
@@ -104,6 +105,8 @@ _BODY_EXPANDS = re.compile(r"[$`]")
 #: ``{NAME}`` right before a redirection operator: bash stores the new descriptor in NAME.
 _FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 _EVALUATED = "evaluated_expansion"
+#: A plain ``$name`` or special parameter (``$1``, ``$@``, ``$$``): it only substitutes.
+_PLAIN_PARAMETER = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?!$-])")
 
 
 def expansion_rule(expansion: str) -> tuple[str, str] | None:
@@ -129,8 +132,11 @@ def expansion_rule(expansion: str) -> tuple[str, str] | None:
     if rest.startswith(":") and rest[1:2] not in ("-", "+", "?") \
             and not _LITERAL_SUBSTRING.fullmatch(rest):
         return _EVALUATED, "a substring offset or length is arithmetic, which bash evaluates"
-    if "${" in rest:
-        return _EVALUATED, "an expansion nested in an operator cannot be checked"
+    if "$" in _PLAIN_PARAMETER.sub("", rest):
+        # bashlex does not parse the operator's word; bash expands it: `${x:-$[y]}`
+        # evaluates y, `${x:-${y@P}}` runs what y holds. `$name` there only substitutes.
+        return _EVALUATED, ("an expansion other than `$name` inside an operator's word "
+                            "(`${x:-$[...]}`, `${x:-${...}}`) cannot be checked")
     return None
 
 
@@ -241,13 +247,8 @@ class _Checker:
                             "a command inside a parameter expansion cannot be checked")
             elif self.allowed is not None and (broken := expansion_rule(value)) is not None:
                 self.refuse(node, *broken)
-        elif kind == "word" and self.allowed is not None and "\n" in _unquoted(self.text(node)):
-            # A word cannot hold an unquoted newline unless the parser lost track of where a
-            # substitution ends (bashlex reads `$(echo a#b) ; touch x` + newline + `)` as one
-            # word, bash runs `touch x`): what it swallowed was never checked.
-            self.refuse(node, "unparsable",
-                        "a word that runs across lines is not read the way bash reads it; "
-                        "write the command on one line")
+        elif kind == "word" and self.allowed is not None:
+            self.word(node)
         elif kind == "for":
             self.loop_variable(node)
         elif kind == "function" and self.allowed is not None:
@@ -261,6 +262,22 @@ class _Checker:
                 continue  # command() walked them
             for child in getattr(node, attr, None) or []:
                 self.visit(child)
+
+    def word(self, node: Any) -> None:
+        text = self.text(node)
+        if "\n" in _unquoted(text):
+            # A word cannot hold an unquoted newline unless the parser lost track of where a
+            # substitution ends (bashlex reads `$(echo a#b) ; touch x` + newline + `)` as one
+            # word, bash runs `touch x`): what it swallowed was never checked.
+            self.refuse(node, "unparsable",
+                        "a word that runs across lines is not read the way bash reads it; "
+                        "write the command on one line")
+        if "$[" in text:
+            # bashlex refuses `$[ ]` where it sees one, but not inside `${x:-...}`, which it
+            # does not parse: `${x:-$[y]}` evaluates y, and y='a[$(touch x)]' runs touch.
+            self.refuse(node, _EVALUATED,
+                        "`$[...]` is arithmetic, which bash evaluates (values included); "
+                        "write the number, or leave the computation out")
 
     def loop_variable(self, node: Any) -> None:
         """A ``for`` sets its variable as an assignment would: only a plain lowercase name

@@ -266,3 +266,26 @@ def test_an_expansion_that_assigns_is_an_assignment(command: str, tmp_path: Path
     for mode in (ARCHITECT, CODE_WRITER):
         assert "no_assignments" in rules(mode, command), (mode.name, refusals(mode, command))
     assert rules(ARCHITECT, "echo ${x:-a=b} ${x/a=/b} ${x:+=}") == []  # `=` only as text
+
+
+#: A loop value that runs `touch made` when bash evaluates it as arithmetic.
+EVALUATES_TO_TOUCH = "for y in 'a[$(touch made)]'; do"
+
+
+@pytest.mark.parametrize("command", [
+    f"{EVALUATES_TO_TOUCH} echo ${{x:-$[y]}}; done",
+    f'{EVALUATES_TO_TOUCH} echo "${{x-$[y]}}"; done',
+    f"for x in 1; do {EVALUATES_TO_TOUCH} echo ${{x/#/$[y]}}; done; done",
+    f"{EVALUATES_TO_TOUCH} echo ${{x:-${{y:+$[y]}}}}; done",
+])
+def test_arithmetic_inside_an_operator_word_is_refused(command: str, tmp_path: Path) -> None:
+    # bashlex refuses `$[y]` on its own, but does not parse inside `${x:-...}`; bash does.
+    assert bash_leaves(command, tmp_path / "bash") == ["made"]
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert "evaluated_expansion" in rules(mode, command), (mode.name, refusals(mode, command))
+
+
+def test_only_plain_parameters_pass_inside_an_operator_word() -> None:
+    assert rules(ARCHITECT, "echo ${x:-$HOME/a} ${x:-$1} ${x:+$@} ${x/a/$y} ${x:-$$}") == []
+    for word in ("${x:-$'a'}", "${x:-$}", "'$[1]'", "${x:-$$$[1]}"):
+        assert "evaluated_expansion" in rules(ARCHITECT, f"echo {word}"), word
