@@ -12,7 +12,8 @@ let it through.
 Rules (the ``rule`` of each violation, stable names):
 
 - ``unparsable``: the parser could not read the line (for example ``[[ ]]``, ``case``,
-  ``$(( ))``, ``time``).
+  ``$(( ))``, ``time``), or reads part of it differently from bash (quotes inside
+  ``${x:-...}``, a quoted here-document delimiter, a word across lines).
 - ``unchecked_substitution``: a command substitution the parser does not expose.
 - ``evaluated_expansion``: an expansion that makes bash evaluate a value as code or
   arithmetic (``${x@P}`` runs the substitutions in ``x``; an offset ``${x:n}``, a subscript
@@ -105,6 +106,8 @@ _BODY_EXPANDS = re.compile(r"[$`]")
 #: ``{NAME}`` right before a redirection operator: bash stores the new descriptor in NAME.
 _FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 _EVALUATED = "evaluated_expansion"
+#: Quoting inside an operator's word, which bash and bashlex read differently.
+_OPERATOR_QUOTING = re.compile(r"['\"]")
 #: A plain ``$name`` or special parameter (``$1``, ``$@``, ``$$``): it only substitutes.
 _PLAIN_PARAMETER = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?!$-])")
 
@@ -120,6 +123,13 @@ def expansion_rule(expansion: str) -> tuple[str, str] | None:
     if parts is None:
         return _EVALUATED, "an expansion the check cannot read"
     name, subscript, rest = parts.groups()
+    if _OPERATOR_QUOTING.search(rest):
+        # bash 5.2 and bashlex disagree on quotes inside `${x:-...}` (more so inside double
+        # quotes): `echo "${x:-'}" '}" ; touch x ; echo "'"` ran touch, which bashlex read as
+        # part of a string. Where the word ends cannot be trusted, so nothing after it can.
+        return "unparsable", ("quotes inside an expansion's operator word (`${x:-'...'}`, "
+                              "`${x:-\"...\"}`, `${x:-$'...'}`) are not read the way bash "
+                              "reads them; leave them out or set the text another way")
     if rest.startswith(("=", ":=")):
         # `${PROMPT_COMMAND[1]=touch x}` sets it when unset, and bash runs it at the prompt.
         return "no_assignments", (f"`${{{name}{rest[:rest.index('=') + 1]}...}}` assigns "

@@ -136,12 +136,13 @@ async def test_what_bash_reads_differently_inside_an_expansion_does_not_get_past
     client: Client, workspace: Path,
 ) -> None:
     """The fifth round's bypasses inside `${...}` (which bashlex does not parse): an operator
-    that assigns, arithmetic in an operator's word. Refused, and nothing runs, not even at
-    the next prompt."""
+    that assigns, arithmetic in an operator's word, quotes that bash 5.2 reads differently.
+    Refused, and nothing runs, not even at the next prompt."""
     session = await initialize(client, workspace)
     await change_mode(client, session, "architect")
     for command in (f"echo ${{PROMPT_COMMAND[1]=touch {workspace}/assigned}}",
-                    f"for y in 'a[$(touch {workspace}/arith)]'; do echo ${{x:-$[y]}}; done"):
+                    f"for y in 'a[$(touch {workspace}/arith)]'; do echo ${{x:-$[y]}}; done",
+                    f"echo \"${{x:-'}}\" '}}\" ; touch {workspace}/quoted ; echo \"'\" #\""):
         err = await refused(client, session, {"type": "command", "command": command})
         assert err["code"] == "mode_denied", (command, err)
     assert (await run(client, session, "true"))["exit_code"] == 0  # PROMPT_COMMAND runs here

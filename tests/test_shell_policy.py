@@ -287,5 +287,20 @@ def test_arithmetic_inside_an_operator_word_is_refused(command: str, tmp_path: P
 
 def test_only_plain_parameters_pass_inside_an_operator_word() -> None:
     assert rules(ARCHITECT, "echo ${x:-$HOME/a} ${x:-$1} ${x:+$@} ${x/a/$y} ${x:-$$}") == []
-    for word in ("${x:-$'a'}", "${x:-$}", "'$[1]'", "${x:-$$$[1]}"):
+    for word in ("${x:-$}", "'$[1]'", "${x:-$$$[1]}"):
         assert "evaluated_expansion" in rules(ARCHITECT, f"echo {word}"), word
+
+
+@pytest.mark.parametrize("command", [
+    *(f'''echo "${{x{op}'}}" '}}" ; touch made ; echo "'" #"''' for op in (":-", "-", ":+", "+",
+                                                                       ":=", "=")),
+    *(f'''echo "${{x{op}$'}}" '}}" ; touch made ; echo "'" #"''' for op in (":-", ":+")),
+])
+def test_quotes_inside_an_operator_word_are_refused(command: str, tmp_path: Path) -> None:
+    # bash 5.2 runs `touch made`; bashlex reads it as part of the string `'}" ; touch ... "'`.
+    assert bash_leaves(command, tmp_path / "bash") == ["made"]
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert "unparsable" in rules(mode, command), (mode.name, refusals(mode, command))
+    for fine in ("echo \"${x:-a}\" '}' \"b\"", "echo ${x:-a} \"'\""):
+        assert rules(ARCHITECT, fine) == [], fine
+    assert "unparsable" in rules(ARCHITECT, 'echo ${x:-$"a"}')
