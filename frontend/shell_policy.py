@@ -23,7 +23,8 @@ Rules (the ``rule`` of each violation, stable names):
   operator's word (``${x:-word}``) only ``$name`` is.
 - ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
 - ``no_assignments``: ``VAR=value`` (alone or before a command), a loop over a variable that
-  is not a plain lowercase name (``for PROMPT_COMMAND in ...``), a descriptor variable
+  is not a plain lowercase name (``for PROMPT_COMMAND in ...``) or is one of Tether's own
+  (``for __tether_nonce in ...``), a descriptor variable
   (``{PATH}>file``), or an expansion that assigns (``${x=value}``, ``${x:=value}``): it can
   change what later commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``,
   ``PATH``).
@@ -100,6 +101,9 @@ _LITERAL_SUBSTRING = re.compile(r":\s*-?\d+\s*(?::\s*-?\d+\s*)?")
 #: variables bash or programs act on (those are uppercase, but for these two).
 _LOOP_VARIABLE = re.compile(r"[a-z_][a-z0-9_]*")
 _SPECIAL_LOWERCASE = frozenset({"histchars", "auto_resume"})
+#: The prefix of Tether's own shell variables (``__tether_nonce``, ``__tether_cmd``,
+#: ``__tether_c``: guardian/runtime/markers.py), which its command tracking reads.
+_TETHER_PREFIX = "__tether"
 #: A here-document delimiter bash unquotes (bashlex does not), and a body bash expands.
 _DELIMITER_QUOTING = re.compile(r"['\"\\$]")
 _BODY_EXPANDS = re.compile(r"[$`]")
@@ -296,7 +300,13 @@ class _Checker:
         if not words or self.allowed is None:  # any command may run: so may any assignment
             return
         name = words[0].word
-        if not _LOOP_VARIABLE.fullmatch(name) or name in _SPECIAL_LOWERCASE:
+        if name.startswith(_TETHER_PREFIX):
+            # `for __tether_nonce in x` changed the nonce of the end markers: the command
+            # never ended for Tether.
+            self.refuse(node, "no_assignments",
+                        f"a loop over `{name}` overwrites a variable of Tether's command "
+                        "tracking; name the loop variable another way")
+        elif not _LOOP_VARIABLE.fullmatch(name) or name in _SPECIAL_LOWERCASE:
             self.refuse(node, "no_assignments",
                         f"a loop over `{name}` sets it, and it can change what later commands "
                         "run; name the loop variable in lowercase")

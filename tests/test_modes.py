@@ -149,6 +149,21 @@ async def test_what_bash_reads_differently_inside_an_expansion_does_not_get_past
     assert sorted(p.name for p in workspace.iterdir()) == ["sub"]
 
 
+async def test_a_loop_over_tethers_own_variables_does_not_break_command_tracking(
+    client: Client, workspace: Path,
+) -> None:
+    """`for __tether_nonce in x` overwrote the nonce of the end markers: the command never
+    ended for Tether. Refused; the shell goes on ending commands."""
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    for name in ("__tether_nonce", "__tether_cmd"):
+        command = f"for {name} in x; do true; done"
+        err = await refused(client, session, {"type": "command", "command": command})
+        assert err["data"]["violations"][0]["rule"] == "no_assignments", err
+    done = await run(client, session, "echo tracked", wait=5)
+    assert done["status"] == "exited" and done["output"].strip() == "tracked"
+
+
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:
     (workspace / "x").write_text("data\n")
     async with Client(build_server(tether_env)) as first:

@@ -304,3 +304,16 @@ def test_quotes_inside_an_operator_word_are_refused(command: str, tmp_path: Path
     for fine in ("echo \"${x:-a}\" '}' \"b\"", "echo ${x:-a} \"'\""):
         assert rules(ARCHITECT, fine) == [], fine
     assert "unparsable" in rules(ARCHITECT, 'echo ${x:-$"a"}')
+
+
+@pytest.mark.parametrize("name", ["__tether_nonce", "__tether_cmd", "__tether_c", "__tether_x"])
+def test_a_loop_over_tethers_own_variables_is_refused(name: str, tmp_path: Path) -> None:
+    # The loop leaves its last value in the variable: Tether's end markers then carry another
+    # nonce (or its command flag is lost), and the command never ends for Tether.
+    command = f'__tether_nonce=n1; for {name} in x; do true; done; echo "${name}" > seen'
+    assert bash_leaves(command, tmp_path / "bash") == ["seen"]
+    assert (tmp_path / "bash" / "seen").read_text() == "x\n"
+    loop = f"for {name} in x; do ls; done"
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert rules(mode, loop) == ["no_assignments"], (mode.name, refusals(mode, loop))
+    assert rules(ARCHITECT, "for tether_x in a; do ls; done") == []
