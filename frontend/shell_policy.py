@@ -31,7 +31,8 @@ Rules (the ``rule`` of each violation, stable names):
 - ``no_functions``: a function definition: it can change what a command name runs later
   (``ls() { ...; }``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
-- ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs.
+- ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs, or
+  into /proc or /dev (but /dev/null), where a path names another file in each process.
 - ``read_only_commands`` / ``read_only_options`` (architect): the command, or an option of it,
   can write or run something else.
 - ``no_writes`` (architect): a redirection writes a file.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +79,11 @@ READ_ONLY_GIT = frozenset({
 })
 #: Characters that make bash expand a command name into something else.
 _EXPANDING = re.compile(r"[*?\[\]{}~$`\\]")
+#: Where a path names another file in each process (``/proc/self``, ``/dev/fd``,
+#: ``/dev/stdout``), or no file at all (devices; bash's own ``/dev/tcp``).
+_PROCESS_DEPENDENT = ("/proc/", "/dev/")
+#: Symlinks followed in one path before giving up (the kernel's limit, ELOOP).
+_MAX_LINKS = 40
 #: Redirection operators that open a file for writing.
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 #: Commands that can move the shell's cwd (directly, or by running shell code).
@@ -429,11 +436,57 @@ class _Checker:
             return
         if not target.word.startswith("/"):
             self.relative_writes.append(node)
-        # realpath: a symlink inside an allowed directory must not lead the write elsewhere.
-        path = os.path.realpath(os.path.join(self.cwd, target.word))
+        # Symlinks resolved: one inside an allowed directory must not lead the write elsewhere.
+        path = resolve_write_target(os.path.join(self.cwd, target.word))
+        if path is None:
+            self.refuse(node, "allowed_globs",
+                        f"`{target.word}` leads into /proc or /dev, where a path names another "
+                        "file in each process (/proc/self/cwd is the shell's directory, not "
+                        "the checker's); name a file in the workspace, or /dev/null")
+            return
         if not any(glob.fullmatch(path) for glob in self.globs):
             self.refuse(node, "allowed_globs",
                         f"{path} matches none of allowed_globs")
+
+
+def resolve_write_target(path: str) -> str | None:
+    """The absolute ``path`` with its symlinks resolved, as the kernel would for any process;
+    None when it passes through /proc or /dev (except the final /dev/null), or loops.
+
+    Not ``os.path.realpath``: that resolves /proc/self, /proc/thread-self and /dev/fd
+    (through /dev/stdout, a symlink to /proc/self/fd/1) against the *checking* process, while
+    bash opens them in the shell, whose directory and descriptors are others.
+    """
+    pending = [part for part in reversed(path.split("/")) if part]
+    resolved, links = "/", 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, part)
+        if candidate != "/dev/null" and candidate.startswith(_PROCESS_DEPENDENT):
+            return None
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            is_link = False  # missing (or unreadable): the rest of the path is literal
+        if not is_link:
+            resolved = candidate
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            return None
+        try:
+            link = os.readlink(candidate)
+        except OSError:
+            return None  # it changed under the check
+        if link.startswith("/"):
+            resolved = "/"
+        pending.extend(part for part in reversed(link.split("/")) if part)
+    return resolved
 
 
 def _glob_regex(glob: str, workspace_root: str) -> re.Pattern[str]:

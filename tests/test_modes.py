@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from tests.conftest import stdio_params
 from tests.mcp_helpers import agent, bash, call, call_error, execution, initialize, prompt_log, run
 from tests.test_agent import _start_fake
 from tether.frontend.guardians import GuardianLocator
@@ -162,6 +163,25 @@ async def test_a_loop_over_tethers_own_variables_does_not_break_command_tracking
         assert err["data"]["violations"][0]["rule"] == "no_assignments", err
     done = await run(client, session, "echo tracked", wait=5)
     assert done["status"] == "exited" and done["output"].strip() == "tracked"
+
+
+async def test_code_writer_writes_land_only_where_its_globs_say(
+    tether_env: Config, workspace: Path, tmp_path: Path,
+) -> None:
+    """A real `tether serve` started in the workspace: /proc/self/cwd named the shell's
+    directory for bash and the front-end's for the check, so a write the globs allowed on
+    paper landed outside. Refused; nothing written anywhere."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    async with Client(stdio_params().model_copy(update={"cwd": str(workspace)})) as client:
+        session = await initialize(client, workspace)
+        await change_mode(client, session, "code_writer", {
+            "allowed_commands": ["echo", "cd", "git"], "allowed_globs": ["*.md", "**"]})
+        assert (await run(client, session, f"cd {outside}"))["exit_code"] == 0
+        for command in ("echo pwned > /proc/self/cwd/NOTES.md",):
+            err = await refused(client, session, {"type": "command", "command": command})
+            assert err["data"]["violations"][0]["rule"] == "allowed_globs", err
+    assert not (outside / "NOTES.md").exists() and not (workspace / "NOTES.md").exists()
 
 
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:

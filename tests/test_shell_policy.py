@@ -317,3 +317,32 @@ def test_a_loop_over_tethers_own_variables_is_refused(name: str, tmp_path: Path)
     for mode in (ARCHITECT, CODE_WRITER):
         assert rules(mode, loop) == ["no_assignments"], (mode.name, refusals(mode, loop))
     assert rules(ARCHITECT, "for tether_x in a; do ls; done") == []
+
+
+@pytest.mark.parametrize("target", [
+    "/proc/self/cwd/NOTES.md", "/proc/thread-self/cwd/NOTES.md", "/dev/fd/../cwd/NOTES.md",
+    "{ws}/src/here/NOTES.md",  # a symlink to /proc/self/cwd inside an allowed directory
+])
+def test_a_write_target_that_depends_on_the_process_is_refused(
+        target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "here").symlink_to("/proc/self/cwd")
+    command = f"echo pwned > {target.format(ws=ws)}"
+    # bash opens it in the shell, whose directory is `outside`: the file lands there.
+    assert bash_leaves(command, outside) == ["NOTES.md"] and not (ws / "NOTES.md").exists()
+    monkeypatch.chdir(ws)  # the checker's own /proc/self/cwd: the workspace, where *.md may go
+    mode = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["*.md", "src/**"]}})
+    found = violations_of(mode, command, cwd=str(outside), workspace_root=str(ws))
+    assert [v.rule for v in found] == ["allowed_globs"], found
+    assert "/proc or /dev" in found[0].detail
+
+
+def test_proc_and_dev_are_refused_even_under_a_glob_that_covers_them() -> None:
+    anywhere = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["/**"]}})
+    for target in ("/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/dev/tcp/127.0.0.1/9",
+                   "/dev/shm/x", "/tmp/../proc/self/environ"):
+        assert rules(anywhere, f"echo > {target}") == ["allowed_globs"], target
+    assert rules(anywhere, "echo > /dev/null; echo > /tmp/x; echo > /dev/../tmp/y") == []
