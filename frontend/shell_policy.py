@@ -32,7 +32,8 @@ Rules (the ``rule`` of each violation, stable names):
   (``ls() { ...; }``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
 - ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs, or
-  into /proc or /dev (but /dev/null), where a path names another file in each process.
+  into /proc or /dev (but /dev/null), where a path names another file in each process, or
+  inside ``.git``, whose config and hooks name programs git runs.
 - ``read_only_commands`` / ``read_only_options`` (architect): the command, or an option of it,
   can write or run something else.
 - ``no_writes`` (architect): a redirection writes a file.
@@ -82,6 +83,8 @@ _EXPANDING = re.compile(r"[*?\[\]{}~$`\\]")
 #: Where a path names another file in each process (``/proc/self``, ``/dev/fd``,
 #: ``/dev/stdout``), or no file at all (devices; bash's own ``/dev/tcp``).
 _PROCESS_DEPENDENT = ("/proc/", "/dev/")
+#: A path component no write glob matches: git's own directory (or file, in a worktree).
+_GIT_DIR = ".git"
 #: Symlinks followed in one path before giving up (the kernel's limit, ELOOP).
 _MAX_LINKS = 40
 #: Redirection operators that open a file for writing.
@@ -437,12 +440,21 @@ class _Checker:
         if not target.word.startswith("/"):
             self.relative_writes.append(node)
         # Symlinks resolved: one inside an allowed directory must not lead the write elsewhere.
-        path = resolve_write_target(os.path.join(self.cwd, target.word))
+        written = os.path.join(self.cwd, target.word)
+        path = resolve_write_target(written)
         if path is None:
             self.refuse(node, "allowed_globs",
                         f"`{target.word}` leads into /proc or /dev, where a path names another "
                         "file in each process (/proc/self/cwd is the shell's directory, not "
                         "the checker's); name a file in the workspace, or /dev/null")
+            return
+        if _GIT_DIR in written.split("/") or _GIT_DIR in path.split("/"):
+            # git runs what its config and hooks name: `pager = touch x` in .git/config ran
+            # at the next `git log`. No glob reaches there (`"all"` does, on purpose).
+            self.refuse(node, "allowed_globs",
+                        f"{path} is inside a .git directory (or is one), and git runs the "
+                        "programs its config and hooks name; write globs never match there, "
+                        "only allowed_globs \"all\" does")
             return
         if not any(glob.fullmatch(path) for glob in self.globs):
             self.refuse(node, "allowed_globs",

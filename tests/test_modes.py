@@ -168,15 +168,22 @@ async def test_a_loop_over_tethers_own_variables_does_not_break_command_tracking
 async def test_code_writer_writes_land_only_where_its_globs_say(
     tether_env: Config, workspace: Path, tmp_path: Path,
 ) -> None:
-    """A real `tether serve` started in the workspace: /proc/self/cwd named the shell's
-    directory for bash and the front-end's for the check, so a write the globs allowed on
-    paper landed outside. Refused; nothing written anywhere."""
+    """A real `tether serve` started in the workspace. `**` matched .git/config, where
+    `pager = touch x` ran at the next `git log`; /proc/self/cwd named the shell's directory
+    for bash and the front-end's for the check, so a write the globs allowed on paper landed
+    outside. Refused; nothing written anywhere."""
     outside = tmp_path / "outside"
     outside.mkdir()
     async with Client(stdio_params().model_copy(update={"cwd": str(workspace)})) as client:
         session = await initialize(client, workspace)
         await change_mode(client, session, "code_writer", {
             "allowed_commands": ["echo", "cd", "git"], "allowed_globs": ["*.md", "**"]})
+        assert (await run(client, session, "git init -q"))["exit_code"] == 0
+        config = (workspace / ".git" / "config").read_text()
+        for command in ("echo '[core]' >> .git/config", "echo 'pager = touch made' >> .git/config"):
+            err = await refused(client, session, {"type": "command", "command": command})
+            assert err["data"]["violations"][0]["rule"] == "allowed_globs", err
+        assert (workspace / ".git" / "config").read_text() == config
         assert (await run(client, session, f"cd {outside}"))["exit_code"] == 0
         for command in ("echo pwned > /proc/self/cwd/NOTES.md",):
             err = await refused(client, session, {"type": "command", "command": command})

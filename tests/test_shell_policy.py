@@ -346,3 +346,29 @@ def test_proc_and_dev_are_refused_even_under_a_glob_that_covers_them() -> None:
                    "/dev/shm/x", "/tmp/../proc/self/environ"):
         assert rules(anywhere, f"echo > {target}") == ["allowed_globs"], target
     assert rules(anywhere, "echo > /dev/null; echo > /tmp/x; echo > /dev/../tmp/y") == []
+
+
+def test_write_globs_never_match_inside_git(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    config = "echo '[core]' >> .git/config; echo 'fsmonitor = touch made; false' >> .git/config"
+    # git runs the programs its config names: this one at `git status` (core.pager, at a
+    # `git log` on a terminal, is the same).
+    assert "made" in bash_leaves(f"git init -q; {config}; git status", ws)
+    (ws / "src").mkdir()
+    (ws / "src" / "cfg").symlink_to("../.git/config")
+    (ws / "src" / "repo").symlink_to("../.git")
+    everything = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["**", ".git/**"]}})
+
+    def refused(command: str) -> list[str]:
+        return [v.rule for v in violations_of(everything, command, cwd=str(ws),
+                                              workspace_root=str(ws))]
+
+    for target in (".git/config", ".git/hooks/pre-commit", ".git", "sub/.git/config",
+                   "src/cfg", "src/repo/config", f"{ws}/.git/info/../config"):
+        assert refused(f"echo x >> {target}") == ["allowed_globs"], target
+    assert refused(config) == ["allowed_globs", "allowed_globs"]
+    assert refused("echo x > .gitignore; echo x > src/a.git; echo > git/config") == []
+    anything = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": "all"}})
+    assert violations_of(anything, config, cwd=str(ws), workspace_root=str(ws)) == []
