@@ -191,6 +191,28 @@ async def test_code_writer_writes_land_only_where_its_globs_say(
     assert not (outside / "NOTES.md").exists() and not (workspace / "NOTES.md").exists()
 
 
+async def test_a_restricted_mode_sends_the_main_shell_only_an_interrupt(
+    client: Client, workspace: Path,
+) -> None:
+    """Tab Tab sent while a main-shell command ran waited in the terminal; readline read them
+    with the next command line, its completion pager ate part of it and the rest ran as
+    another command. A restricted mode sends the main shell (its command) only Ctrl-c."""
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    running = await run(client, session, "tail -f /dev/null", wait=0.2)
+    assert running["status"] == "running"
+    for keys in (["Tab", "Tab"], ["Enter"], ["Ctrl-d"], ["Ctrl-c", "Space"]):
+        for target in ({}, {"execution_id": running["execution_id"]}):
+            err = await refused(client, session, {"type": "send_keys", "keys": keys, **target})
+            assert [v["rule"] for v in err["data"]["violations"]] == ["main_shell_keys"], err
+            assert err["data"]["input_sent"] is False and "Ctrl-c" in err["message"]
+    stopped = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"]}, wait=5)
+    assert stopped["status"] == "exited"
+    after = await run(client, session, "echo after")
+    assert after["output"].strip() == "after"
+    assert await history(client, session) == ["echo after", "tail -f /dev/null"]
+
+
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:
     (workspace / "x").write_text("data\n")
     async with Client(build_server(tether_env)) as first:
