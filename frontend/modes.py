@@ -122,7 +122,9 @@ async def check_bash_action(
 async def key_violations(session: Session, root: str, scope: dict[str, Any],
                          action: SendKeysAction) -> list[Violation]:
     """Why a restricted mode refuses these keys: a key that recalls or edits a command line
-    (``restricted_keys``); a key other than Ctrl-c to the main shell (``main_shell_keys``)."""
+    (``restricted_keys``); a key other than Ctrl-c to the main shell (``main_shell_keys``);
+    any key to a terminal that is not a background execution of this thread, such as an
+    agent's, where Enter approves what it asks (``key_target``)."""
     keys = " ".join(action.keys)
     found = []
     refused = [key for key in action.keys if key not in RESTRICTED_KEYS]
@@ -132,12 +134,22 @@ async def key_violations(session: Session, root: str, scope: dict[str, Any],
                                f"allowed: {', '.join(sorted(RESTRICTED_KEYS))}"))
     kind = "command"  # no execution_id: the main shell's current command
     if action.execution_id is not None:
-        # The guardian's record, read-only; an execution's kind never changes, so what is
-        # checked here is what the keys reach (the mode guard covers the mode).
+        # The guardian's record, read-only; an execution's thread and kind never change,
+        # so what is checked here is what the keys reach (the mode guard covers the mode).
         got: GetResult = await session.locator.call(
             root, "exec.get", {**scope, "execution_id": action.execution_id},
             timeout_s=MODE_RPC_TIMEOUT_S)
-        kind = got.execution.kind or "command"
+        record = got.execution
+        if record.thread_id != scope["thread_id"] or record.kind not in ("command", "background"):
+            what = "an agent's terminal" if record.kind == "agent" else (
+                f"of thread {record.thread_id}, kind {record.kind}")
+            found.append(Violation(keys, "key_target",
+                                   f"execution {record.execution_id} is {what}; a restricted "
+                                   "mode sends keys only to this thread's own background "
+                                   "executions (an agent takes Enter for an answer). Send "
+                                   "them from a thread in mode wcgw"))
+            return found
+        kind = record.kind
     if kind == "command" and (extra := [k for k in action.keys if k not in MAIN_SHELL_KEYS]):
         found.append(Violation(keys, "main_shell_keys",
                                f"keys {', '.join(extra)} to the main shell wait in its terminal "

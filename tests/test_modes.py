@@ -213,6 +213,33 @@ async def test_a_restricted_mode_sends_the_main_shell_only_an_interrupt(
     assert await history(client, session) == ["echo after", "tail -f /dev/null"]
 
 
+async def test_a_restricted_mode_sends_keys_only_to_its_own_background_executions(
+    client: Client, workspace: Path,
+) -> None:
+    """An architect thread pressed Enter in an agent's terminal (launched by a wcgw thread)
+    and so approved what the agent asked. Refused (key_target); its own background
+    executions still take the restricted keys."""
+    wcgw = await initialize(client, workspace)
+    asks = f"read -p 'Allow? [Enter=yes] ' x; touch {workspace}/approved; sleep 30"
+    launched = (await agent(client, wcgw, {"action": "launch", "provider": "command",
+                                            "argv": ["bash", "-c", asks]}))["data"]["agent"]
+    other = await bash(client, wcgw, {"type": "command", "command": "cat", "is_background": True})
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    err = await refused(client, session, {"type": "send_keys", "keys": ["Enter"],
+                                          "execution_id": launched["execution_id"]})
+    assert [v["rule"] for v in err["data"]["violations"]] == ["key_target"], err
+    assert err["data"]["input_sent"] is False and "wcgw" in err["message"]
+    hidden = await refused(client, session, {"type": "send_keys", "keys": ["Enter"],
+                                             "execution_id": other["execution_id"]})
+    assert hidden["code"] == "not_found"  # another thread's terminal is not even visible
+    own = await bash(client, session, {"type": "command", "command": "cat", "is_background": True})
+    typed = await bash(client, session, {"type": "send_keys", "keys": ["Enter"],
+                                         "execution_id": own["execution_id"]})
+    assert typed["input_sent"] is True
+    assert not (workspace / "approved").exists()
+
+
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:
     (workspace / "x").write_text("data\n")
     async with Client(build_server(tether_env)) as first:
