@@ -27,7 +27,7 @@ from tether.frontend.tools.base import Session
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MODE_RPC_TIMEOUT_S
 from tether.protocol.methods import ModeSpec, mode_fingerprint
-from tether.protocol.results import ThreadModeResult
+from tether.protocol.results import GetResult, ThreadModeResult
 from tether.protocol.versions import Capability
 
 T = TypeVar("T")
@@ -40,6 +40,12 @@ RESTRICTED_KEYS = frozenset({
     "Enter", "Escape", "Space", "Backspace", "Tab", "Left", "Right", "Home", "End", "PageUp",
     "PageDown", "Delete", "Ctrl-c", "Ctrl-d",
 })
+
+#: The one key a restricted mode sends to the main shell: the terminal turns it into SIGINT
+#: as it arrives. Any other key sent while a command runs waits in the terminal and reaches
+#: readline with the next command line: Tab Tab opened the completion pager, which ate part
+#: of the next line, and the rest ran as another command.
+MAIN_SHELL_KEYS = frozenset({"Ctrl-c"})
 
 #: What a check hands to the request it guards: ``{"mode_fingerprint": ...}``.
 Guard = dict[str, Any]
@@ -87,7 +93,8 @@ async def check_bash_action(
 
     ``command`` lines are parsed and checked segment by segment; ``send_text`` is refused in
     a restricted mode (typed text can be a command line the parser never sees); ``send_keys``
-    is limited to :data:`RESTRICTED_KEYS`. Reading actions are never restricted.
+    is limited to :data:`RESTRICTED_KEYS`, and to :data:`MAIN_SHELL_KEYS` for the main shell
+    (see :func:`key_violations`). Reading actions are never restricted.
     """
     if not isinstance(action, CommandAction | SendTextAction | SendKeysAction):
         return {}
@@ -106,13 +113,50 @@ async def check_bash_action(
                                       "send_text could type a command line that cannot be "
                                       "checked; use type=command")])
     else:
-        refused = [key for key in action.keys if key not in RESTRICTED_KEYS]
-        if refused:
-            raise denied(mode, [Violation(" ".join(action.keys), "restricted_keys",
-                                          f"keys {', '.join(refused)} can recall or edit a "
-                                          "command line; allowed: "
-                                          f"{', '.join(sorted(RESTRICTED_KEYS))}")])
+        violations = await key_violations(session, root, scope, action)
+        if violations:
+            raise denied(mode, violations)
     return guard
+
+
+async def key_violations(session: Session, root: str, scope: dict[str, Any],
+                         action: SendKeysAction) -> list[Violation]:
+    """Why a restricted mode refuses these keys: a key that recalls or edits a command line
+    (``restricted_keys``); a key other than Ctrl-c to the main shell (``main_shell_keys``);
+    any key to a terminal that is not a background execution of this thread, such as an
+    agent's, where Enter approves what it asks (``key_target``)."""
+    keys = " ".join(action.keys)
+    found = []
+    refused = [key for key in action.keys if key not in RESTRICTED_KEYS]
+    if refused:
+        found.append(Violation(keys, "restricted_keys",
+                               f"keys {', '.join(refused)} can recall or edit a command line; "
+                               f"allowed: {', '.join(sorted(RESTRICTED_KEYS))}"))
+    kind = "command"  # no execution_id: the main shell's current command
+    if action.execution_id is not None:
+        # The guardian's record, read-only; an execution's thread and kind never change,
+        # so what is checked here is what the keys reach (the mode guard covers the mode).
+        got: GetResult = await session.locator.call(
+            root, "exec.get", {**scope, "execution_id": action.execution_id},
+            timeout_s=MODE_RPC_TIMEOUT_S)
+        record = got.execution
+        if record.thread_id != scope["thread_id"] or record.kind not in ("command", "background"):
+            what = "an agent's terminal" if record.kind == "agent" else (
+                f"of thread {record.thread_id}, kind {record.kind}")
+            found.append(Violation(keys, "key_target",
+                                   f"execution {record.execution_id} is {what}; a restricted "
+                                   "mode sends keys only to this thread's own background "
+                                   "executions (an agent takes Enter for an answer). Send "
+                                   "them from a thread in mode wcgw"))
+            return found
+        kind = record.kind
+    if kind == "command" and (extra := [k for k in action.keys if k not in MAIN_SHELL_KEYS]):
+        found.append(Violation(keys, "main_shell_keys",
+                               f"keys {', '.join(extra)} to the main shell wait in its terminal "
+                               "and reach readline as part of the next command line; a "
+                               "restricted mode sends it only Ctrl-c. To type into a program, "
+                               "start it with is_background=true"))
+    return found
 
 
 async def check_agent_action(

@@ -12,22 +12,28 @@ let it through.
 Rules (the ``rule`` of each violation, stable names):
 
 - ``unparsable``: the parser could not read the line (for example ``[[ ]]``, ``case``,
-  ``$(( ))``, ``time``).
+  ``$(( ))``, ``time``), or reads part of it differently from bash (quotes inside
+  ``${x:-...}``, a quoted here-document delimiter, a word across lines).
 - ``unchecked_substitution``: a command substitution the parser does not expose.
 - ``evaluated_expansion``: an expansion that makes bash evaluate a value as code or
   arithmetic (``${x@P}`` runs the substitutions in ``x``; an offset ``${x:n}``, a subscript
-  ``${a[i]}`` or an indirection ``${!x}`` evaluates ``n``, ``i`` or what ``x`` names, array
-  subscripts included): a value set earlier (by a loop, or before the mode changed) could
-  carry a command the parser never sees. Integer literals are fine.
+  ``${a[i]}``, an indirection ``${!x}`` or ``$[x]`` evaluates ``n``, ``i`` or what ``x``
+  names, array subscripts included): a value set earlier (by a loop, or before the mode
+  changed) could carry a command the parser never sees. Integer literals are fine; inside an
+  operator's word (``${x:-word}``) only ``$name`` is.
 - ``literal_command``: a command name that bash would expand (``$CMD``, ``r?``, ``{a,b}``).
 - ``no_assignments``: ``VAR=value`` (alone or before a command), a loop over a variable that
-  is not a plain lowercase name (``for PROMPT_COMMAND in ...``), or a descriptor variable
-  (``{PATH}>file``): it can change what later commands run (``PROMPT_COMMAND``,
-  ``LD_PRELOAD``, ``GIT_PAGER``, ``PATH``).
+  is not a plain lowercase name (``for PROMPT_COMMAND in ...``) or is one of Tether's own
+  (``for __tether_nonce in ...``), a descriptor variable
+  (``{PATH}>file``), or an expansion that assigns (``${x=value}``, ``${x:=value}``): it can
+  change what later commands run (``PROMPT_COMMAND``, ``LD_PRELOAD``, ``GIT_PAGER``,
+  ``PATH``).
 - ``no_functions``: a function definition: it can change what a command name runs later
   (``ls() { ...; }``).
 - ``allowed_commands`` (code_writer): the command name is not in the allowlist.
-- ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs.
+- ``allowed_globs`` (code_writer): a redirection writes a file outside the write globs, or
+  into /proc or /dev (but /dev/null), where a path names another file in each process, or
+  inside ``.git``, whose config and hooks name programs git runs.
 - ``read_only_commands`` / ``read_only_options`` (architect): the command, or an option of it,
   can write or run something else.
 - ``no_writes`` (architect): a redirection writes a file.
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +80,13 @@ READ_ONLY_GIT = frozenset({
 })
 #: Characters that make bash expand a command name into something else.
 _EXPANDING = re.compile(r"[*?\[\]{}~$`\\]")
+#: Where a path names another file in each process (``/proc/self``, ``/dev/fd``,
+#: ``/dev/stdout``), or no file at all (devices; bash's own ``/dev/tcp``).
+_PROCESS_DEPENDENT = ("/proc/", "/dev/")
+#: A path component no write glob matches: git's own directory (or file, in a worktree).
+_GIT_DIR = ".git"
+#: Symlinks followed in one path before giving up (the kernel's limit, ELOOP).
+_MAX_LINKS = 40
 #: Redirection operators that open a file for writing.
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 #: Commands that can move the shell's cwd (directly, or by running shell code).
@@ -97,32 +111,56 @@ _LITERAL_SUBSTRING = re.compile(r":\s*-?\d+\s*(?::\s*-?\d+\s*)?")
 #: variables bash or programs act on (those are uppercase, but for these two).
 _LOOP_VARIABLE = re.compile(r"[a-z_][a-z0-9_]*")
 _SPECIAL_LOWERCASE = frozenset({"histchars", "auto_resume"})
+#: The prefix of Tether's own shell variables (``__tether_nonce``, ``__tether_cmd``,
+#: ``__tether_c``: guardian/runtime/markers.py), which its command tracking reads.
+_TETHER_PREFIX = "__tether"
 #: A here-document delimiter bash unquotes (bashlex does not), and a body bash expands.
 _DELIMITER_QUOTING = re.compile(r"['\"\\$]")
 _BODY_EXPANDS = re.compile(r"[$`]")
 #: ``{NAME}`` right before a redirection operator: bash stores the new descriptor in NAME.
 _FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+_EVALUATED = "evaluated_expansion"
+#: Quoting inside an operator's word, which bash and bashlex read differently.
+_OPERATOR_QUOTING = re.compile(r"['\"]")
+#: A plain ``$name`` or special parameter (``$1``, ``$@``, ``$$``): it only substitutes.
+_PLAIN_PARAMETER = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?!$-])")
 
 
-def evaluates(expansion: str) -> str | None:
-    """Why the parameter expansion ``${expansion}`` makes bash evaluate a value as code or
-    arithmetic (None: it only substitutes text)."""
+def expansion_rule(expansion: str) -> tuple[str, str] | None:
+    """The rule the parameter expansion ``${expansion}`` breaks in a restricted mode and why:
+    it assigns (``no_assignments``), or makes bash evaluate a value as code or arithmetic
+    (``evaluated_expansion``). None: it only substitutes text."""
     if expansion.startswith("!"):
-        return "an indirection `${!x}` expands the name in x, array subscripts included"
+        return _EVALUATED, "an indirection `${!x}` expands the name in x, array subscripts included"
     body = expansion[1:] if expansion.startswith("#") and len(expansion) > 1 else expansion
     parts = _PARAMETER.fullmatch(body)
     if parts is None:
-        return "an expansion the check cannot read"
-    subscript, rest = parts.group(2), parts.group(3)
+        return _EVALUATED, "an expansion the check cannot read"
+    name, subscript, rest = parts.groups()
+    if _OPERATOR_QUOTING.search(rest):
+        # bash 5.2 and bashlex disagree on quotes inside `${x:-...}` (more so inside double
+        # quotes): `echo "${x:-'}" '}" ; touch x ; echo "'"` ran touch, which bashlex read as
+        # part of a string. Where the word ends cannot be trusted, so nothing after it can.
+        return "unparsable", ("quotes inside an expansion's operator word (`${x:-'...'}`, "
+                              "`${x:-\"...\"}`, `${x:-$'...'}`) are not read the way bash "
+                              "reads them; leave them out or set the text another way")
+    if rest.startswith(("=", ":=")):
+        # `${PROMPT_COMMAND[1]=touch x}` sets it when unset, and bash runs it at the prompt.
+        return "no_assignments", (f"`${{{name}{rest[:rest.index('=') + 1]}...}}` assigns "
+                                  f"{name} when it is unset or empty, which can change what "
+                                  "later commands run; use `${x:-...}`, which only substitutes")
     if subscript is not None and not _LITERAL_SUBSCRIPT.fullmatch(subscript):
-        return "an array subscript is arithmetic, which bash evaluates (values included)"
+        return _EVALUATED, "an array subscript is arithmetic, which bash evaluates (values included)"
     if rest.startswith("@"):
-        return "a transformation `${x@...}` (`@P` runs the commands in the value)"
-    if rest.startswith(":") and rest[1:2] not in ("-", "=", "+", "?") \
+        return _EVALUATED, "a transformation `${x@...}` (`@P` runs the commands in the value)"
+    if rest.startswith(":") and rest[1:2] not in ("-", "+", "?") \
             and not _LITERAL_SUBSTRING.fullmatch(rest):
-        return "a substring offset or length is arithmetic, which bash evaluates"
-    if "${" in rest:
-        return "an expansion nested in an operator cannot be checked"
+        return _EVALUATED, "a substring offset or length is arithmetic, which bash evaluates"
+    if "$" in _PLAIN_PARAMETER.sub("", rest):
+        # bashlex does not parse the operator's word; bash expands it: `${x:-$[y]}`
+        # evaluates y, `${x:-${y@P}}` runs what y holds. `$name` there only substitutes.
+        return _EVALUATED, ("an expansion other than `$name` inside an operator's word "
+                            "(`${x:-$[...]}`, `${x:-${...}}`) cannot be checked")
     return None
 
 
@@ -231,15 +269,10 @@ class _Checker:
             if _SUBSTITUTION.search(value):
                 self.refuse(node, "unchecked_substitution",
                             "a command inside a parameter expansion cannot be checked")
-            elif self.allowed is not None and (why := evaluates(value)) is not None:
-                self.refuse(node, "evaluated_expansion", why)
-        elif kind == "word" and self.allowed is not None and "\n" in _unquoted(self.text(node)):
-            # A word cannot hold an unquoted newline unless the parser lost track of where a
-            # substitution ends (bashlex reads `$(echo a#b) ; touch x` + newline + `)` as one
-            # word, bash runs `touch x`): what it swallowed was never checked.
-            self.refuse(node, "unparsable",
-                        "a word that runs across lines is not read the way bash reads it; "
-                        "write the command on one line")
+            elif self.allowed is not None and (broken := expansion_rule(value)) is not None:
+                self.refuse(node, *broken)
+        elif kind == "word" and self.allowed is not None:
+            self.word(node)
         elif kind == "for":
             self.loop_variable(node)
         elif kind == "function" and self.allowed is not None:
@@ -254,6 +287,22 @@ class _Checker:
             for child in getattr(node, attr, None) or []:
                 self.visit(child)
 
+    def word(self, node: Any) -> None:
+        text = self.text(node)
+        if "\n" in _unquoted(text):
+            # A word cannot hold an unquoted newline unless the parser lost track of where a
+            # substitution ends (bashlex reads `$(echo a#b) ; touch x` + newline + `)` as one
+            # word, bash runs `touch x`): what it swallowed was never checked.
+            self.refuse(node, "unparsable",
+                        "a word that runs across lines is not read the way bash reads it; "
+                        "write the command on one line")
+        if "$[" in text:
+            # bashlex refuses `$[ ]` where it sees one, but not inside `${x:-...}`, which it
+            # does not parse: `${x:-$[y]}` evaluates y, and y='a[$(touch x)]' runs touch.
+            self.refuse(node, _EVALUATED,
+                        "`$[...]` is arithmetic, which bash evaluates (values included); "
+                        "write the number, or leave the computation out")
+
     def loop_variable(self, node: Any) -> None:
         """A ``for`` sets its variable as an assignment would: only a plain lowercase name
         (an uppercase one could be PROMPT_COMMAND, PATH, IFS, BASH_ENV, ...)."""
@@ -261,7 +310,13 @@ class _Checker:
         if not words or self.allowed is None:  # any command may run: so may any assignment
             return
         name = words[0].word
-        if not _LOOP_VARIABLE.fullmatch(name) or name in _SPECIAL_LOWERCASE:
+        if name.startswith(_TETHER_PREFIX):
+            # `for __tether_nonce in x` changed the nonce of the end markers: the command
+            # never ended for Tether.
+            self.refuse(node, "no_assignments",
+                        f"a loop over `{name}` overwrites a variable of Tether's command "
+                        "tracking; name the loop variable another way")
+        elif not _LOOP_VARIABLE.fullmatch(name) or name in _SPECIAL_LOWERCASE:
             self.refuse(node, "no_assignments",
                         f"a loop over `{name}` sets it, and it can change what later commands "
                         "run; name the loop variable in lowercase")
@@ -384,11 +439,66 @@ class _Checker:
             return
         if not target.word.startswith("/"):
             self.relative_writes.append(node)
-        # realpath: a symlink inside an allowed directory must not lead the write elsewhere.
-        path = os.path.realpath(os.path.join(self.cwd, target.word))
+        # Symlinks resolved: one inside an allowed directory must not lead the write elsewhere.
+        written = os.path.join(self.cwd, target.word)
+        path = resolve_write_target(written)
+        if path is None:
+            self.refuse(node, "allowed_globs",
+                        f"`{target.word}` leads into /proc or /dev, where a path names another "
+                        "file in each process (/proc/self/cwd is the shell's directory, not "
+                        "the checker's); name a file in the workspace, or /dev/null")
+            return
+        if _GIT_DIR in written.split("/") or _GIT_DIR in path.split("/"):
+            # git runs what its config and hooks name: `pager = touch x` in .git/config ran
+            # at the next `git log`. No glob reaches there (`"all"` does, on purpose).
+            self.refuse(node, "allowed_globs",
+                        f"{path} is inside a .git directory (or is one), and git runs the "
+                        "programs its config and hooks name; write globs never match there, "
+                        "only allowed_globs \"all\" does")
+            return
         if not any(glob.fullmatch(path) for glob in self.globs):
             self.refuse(node, "allowed_globs",
                         f"{path} matches none of allowed_globs")
+
+
+def resolve_write_target(path: str) -> str | None:
+    """The absolute ``path`` with its symlinks resolved, as the kernel would for any process;
+    None when it passes through /proc or /dev (except the final /dev/null), or loops.
+
+    Not ``os.path.realpath``: that resolves /proc/self, /proc/thread-self and /dev/fd
+    (through /dev/stdout, a symlink to /proc/self/fd/1) against the *checking* process, while
+    bash opens them in the shell, whose directory and descriptors are others.
+    """
+    pending = [part for part in reversed(path.split("/")) if part]
+    resolved, links = "/", 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, part)
+        if candidate != "/dev/null" and candidate.startswith(_PROCESS_DEPENDENT):
+            return None
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            is_link = False  # missing (or unreadable): the rest of the path is literal
+        if not is_link:
+            resolved = candidate
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            return None
+        try:
+            link = os.readlink(candidate)
+        except OSError:
+            return None  # it changed under the check
+        if link.startswith("/"):
+            resolved = "/"
+        pending.extend(part for part in reversed(link.split("/")) if part)
+    return resolved
 
 
 def _glob_regex(glob: str, workspace_root: str) -> re.Pattern[str]:

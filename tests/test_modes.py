@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from tests.conftest import stdio_params
 from tests.mcp_helpers import agent, bash, call, call_error, execution, initialize, prompt_log, run
 from tests.test_agent import _start_fake
 from tether.frontend.guardians import GuardianLocator
@@ -130,6 +131,113 @@ async def test_a_value_evaluated_as_code_does_not_get_past_a_restricted_mode(
     assert (workspace / "victim").read_text() == "kept\n" and not (workspace / "p4").exists()
     fine = await run(client, session, "for f in a b; do echo ${f}-${HOME:0:1}; done")
     assert fine["output"].split() == ["a-/", "b-/"]
+
+
+async def test_what_bash_reads_differently_inside_an_expansion_does_not_get_past_a_mode(
+    client: Client, workspace: Path,
+) -> None:
+    """The fifth round's bypasses inside `${...}` (which bashlex does not parse): an operator
+    that assigns, arithmetic in an operator's word, quotes that bash 5.2 reads differently.
+    Refused, and nothing runs, not even at the next prompt."""
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    for command in (f"echo ${{PROMPT_COMMAND[1]=touch {workspace}/assigned}}",
+                    f"for y in 'a[$(touch {workspace}/arith)]'; do echo ${{x:-$[y]}}; done",
+                    f"echo \"${{x:-'}}\" '}}\" ; touch {workspace}/quoted ; echo \"'\" #\""):
+        err = await refused(client, session, {"type": "command", "command": command})
+        assert err["code"] == "mode_denied", (command, err)
+    assert (await run(client, session, "true"))["exit_code"] == 0  # PROMPT_COMMAND runs here
+    assert sorted(p.name for p in workspace.iterdir()) == ["sub"]
+
+
+async def test_a_loop_over_tethers_own_variables_does_not_break_command_tracking(
+    client: Client, workspace: Path,
+) -> None:
+    """`for __tether_nonce in x` overwrote the nonce of the end markers: the command never
+    ended for Tether. Refused; the shell goes on ending commands."""
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    for name in ("__tether_nonce", "__tether_cmd"):
+        command = f"for {name} in x; do true; done"
+        err = await refused(client, session, {"type": "command", "command": command})
+        assert err["data"]["violations"][0]["rule"] == "no_assignments", err
+    done = await run(client, session, "echo tracked", wait=5)
+    assert done["status"] == "exited" and done["output"].strip() == "tracked"
+
+
+async def test_code_writer_writes_land_only_where_its_globs_say(
+    tether_env: Config, workspace: Path, tmp_path: Path,
+) -> None:
+    """A real `tether serve` started in the workspace. `**` matched .git/config, where
+    `pager = touch x` ran at the next `git log`; /proc/self/cwd named the shell's directory
+    for bash and the front-end's for the check, so a write the globs allowed on paper landed
+    outside. Refused; nothing written anywhere."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    async with Client(stdio_params().model_copy(update={"cwd": str(workspace)})) as client:
+        session = await initialize(client, workspace)
+        await change_mode(client, session, "code_writer", {
+            "allowed_commands": ["echo", "cd", "git"], "allowed_globs": ["*.md", "**"]})
+        assert (await run(client, session, "git init -q"))["exit_code"] == 0
+        config = (workspace / ".git" / "config").read_text()
+        for command in ("echo '[core]' >> .git/config", "echo 'pager = touch made' >> .git/config"):
+            err = await refused(client, session, {"type": "command", "command": command})
+            assert err["data"]["violations"][0]["rule"] == "allowed_globs", err
+        assert (workspace / ".git" / "config").read_text() == config
+        assert (await run(client, session, f"cd {outside}"))["exit_code"] == 0
+        for command in ("echo pwned > /proc/self/cwd/NOTES.md",):
+            err = await refused(client, session, {"type": "command", "command": command})
+            assert err["data"]["violations"][0]["rule"] == "allowed_globs", err
+    assert not (outside / "NOTES.md").exists() and not (workspace / "NOTES.md").exists()
+
+
+async def test_a_restricted_mode_sends_the_main_shell_only_an_interrupt(
+    client: Client, workspace: Path,
+) -> None:
+    """Tab Tab sent while a main-shell command ran waited in the terminal; readline read them
+    with the next command line, its completion pager ate part of it and the rest ran as
+    another command. A restricted mode sends the main shell (its command) only Ctrl-c."""
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    running = await run(client, session, "tail -f /dev/null", wait=0.2)
+    assert running["status"] == "running"
+    for keys in (["Tab", "Tab"], ["Enter"], ["Ctrl-d"], ["Ctrl-c", "Space"]):
+        for target in ({}, {"execution_id": running["execution_id"]}):
+            err = await refused(client, session, {"type": "send_keys", "keys": keys, **target})
+            assert [v["rule"] for v in err["data"]["violations"]] == ["main_shell_keys"], err
+            assert err["data"]["input_sent"] is False and "Ctrl-c" in err["message"]
+    stopped = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"]}, wait=5)
+    assert stopped["status"] == "exited"
+    after = await run(client, session, "echo after")
+    assert after["output"].strip() == "after"
+    assert await history(client, session) == ["echo after", "tail -f /dev/null"]
+
+
+async def test_a_restricted_mode_sends_keys_only_to_its_own_background_executions(
+    client: Client, workspace: Path,
+) -> None:
+    """An architect thread pressed Enter in an agent's terminal (launched by a wcgw thread)
+    and so approved what the agent asked. Refused (key_target); its own background
+    executions still take the restricted keys."""
+    wcgw = await initialize(client, workspace)
+    asks = f"read -p 'Allow? [Enter=yes] ' x; touch {workspace}/approved; sleep 30"
+    launched = (await agent(client, wcgw, {"action": "launch", "provider": "command",
+                                            "argv": ["bash", "-c", asks]}))["data"]["agent"]
+    other = await bash(client, wcgw, {"type": "command", "command": "cat", "is_background": True})
+    session = await initialize(client, workspace)
+    await change_mode(client, session, "architect")
+    err = await refused(client, session, {"type": "send_keys", "keys": ["Enter"],
+                                          "execution_id": launched["execution_id"]})
+    assert [v["rule"] for v in err["data"]["violations"]] == ["key_target"], err
+    assert err["data"]["input_sent"] is False and "wcgw" in err["message"]
+    hidden = await refused(client, session, {"type": "send_keys", "keys": ["Enter"],
+                                             "execution_id": other["execution_id"]})
+    assert hidden["code"] == "not_found"  # another thread's terminal is not even visible
+    own = await bash(client, session, {"type": "command", "command": "cat", "is_background": True})
+    typed = await bash(client, session, {"type": "send_keys", "keys": ["Enter"],
+                                         "execution_id": own["execution_id"]})
+    assert typed["input_sent"] is True
+    assert not (workspace / "approved").exists()
 
 
 async def test_mode_survives_a_new_front_end(tether_env: Config, workspace: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,22 @@ ARCHITECT = ModeSpec(name="architect")
 
 def refusals(mode: ModeSpec, command: str, cwd: str = WS) -> list[tuple[str, str]]:
     return [(v.segment, v.rule) for v in violations_of(mode, command, cwd=cwd, workspace_root=WS)]
+
+
+def rules(mode: ModeSpec, command: str, cwd: str = WS) -> list[str]:
+    return [rule for _, rule in refusals(mode, command, cwd)]
+
+
+def bash_leaves(command: str, where: Path, *, interactive: bool = False) -> list[str]:
+    """The files real bash leaves in the new directory ``where`` after running ``command``
+    (``interactive``: typed into ``bash -i``, which also runs PROMPT_COMMAND at its next
+    prompt, as Tether's shell does). The proof that a refused line does what the report says."""
+    where.mkdir()
+    argv = ["bash", "--norc", "--noprofile", *(["-i"] if interactive else ["-c", command])]
+    subprocess.run(argv, cwd=where, input=f"{command}\n" if interactive else None,
+                   capture_output=True, text=True, timeout=20,
+                   env={"PATH": os.environ["PATH"], "HOME": str(where.parent), "HISTFILE": ""})
+    return sorted(os.listdir(where))
 
 
 @pytest.mark.parametrize("command", [
@@ -234,3 +252,123 @@ def test_a_descriptor_variable_redirection_is_an_assignment(mode: ModeSpec, comm
     # `{NAME}>file` stores the new descriptor's number in NAME (PROMPT_COMMAND=11).
     assert "no_assignments" in [rule for _, rule in refusals(mode, command)]
     assert refusals(mode, "ls {a} >/dev/null {x}") == []  # a brace word with a space is text
+
+
+@pytest.mark.parametrize("command", [
+    "echo ${PROMPT_COMMAND[1]=touch made}",
+    'echo "${PROMPT_COMMAND=touch made}"',
+    "ls ${PROMPT_COMMAND:=touch made}",
+    "echo ${PROMPT_COMMAND[0]:=touch made}",
+])
+def test_an_expansion_that_assigns_is_an_assignment(command: str, tmp_path: Path) -> None:
+    # `${x=value}` and `${x:=value}` set x (here PROMPT_COMMAND, which bash runs at the prompt).
+    assert bash_leaves(command, tmp_path / "bash", interactive=True) == ["made"]
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert "no_assignments" in rules(mode, command), (mode.name, refusals(mode, command))
+    assert rules(ARCHITECT, "echo ${x:-a=b} ${x/a=/b} ${x:+=}") == []  # `=` only as text
+
+
+#: A loop value that runs `touch made` when bash evaluates it as arithmetic.
+EVALUATES_TO_TOUCH = "for y in 'a[$(touch made)]'; do"
+
+
+@pytest.mark.parametrize("command", [
+    f"{EVALUATES_TO_TOUCH} echo ${{x:-$[y]}}; done",
+    f'{EVALUATES_TO_TOUCH} echo "${{x-$[y]}}"; done',
+    f"for x in 1; do {EVALUATES_TO_TOUCH} echo ${{x/#/$[y]}}; done; done",
+    f"{EVALUATES_TO_TOUCH} echo ${{x:-${{y:+$[y]}}}}; done",
+])
+def test_arithmetic_inside_an_operator_word_is_refused(command: str, tmp_path: Path) -> None:
+    # bashlex refuses `$[y]` on its own, but does not parse inside `${x:-...}`; bash does.
+    assert bash_leaves(command, tmp_path / "bash") == ["made"]
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert "evaluated_expansion" in rules(mode, command), (mode.name, refusals(mode, command))
+
+
+def test_only_plain_parameters_pass_inside_an_operator_word() -> None:
+    assert rules(ARCHITECT, "echo ${x:-$HOME/a} ${x:-$1} ${x:+$@} ${x/a/$y} ${x:-$$}") == []
+    for word in ("${x:-$}", "'$[1]'", "${x:-$$$[1]}"):
+        assert "evaluated_expansion" in rules(ARCHITECT, f"echo {word}"), word
+
+
+@pytest.mark.parametrize("command", [
+    *(f'''echo "${{x{op}'}}" '}}" ; touch made ; echo "'" #"''' for op in (":-", "-", ":+", "+",
+                                                                       ":=", "=")),
+    *(f'''echo "${{x{op}$'}}" '}}" ; touch made ; echo "'" #"''' for op in (":-", ":+")),
+])
+def test_quotes_inside_an_operator_word_are_refused(command: str, tmp_path: Path) -> None:
+    # bash 5.2 runs `touch made`; bashlex reads it as part of the string `'}" ; touch ... "'`.
+    assert bash_leaves(command, tmp_path / "bash") == ["made"]
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert "unparsable" in rules(mode, command), (mode.name, refusals(mode, command))
+    for fine in ("echo \"${x:-a}\" '}' \"b\"", "echo ${x:-a} \"'\""):
+        assert rules(ARCHITECT, fine) == [], fine
+    assert "unparsable" in rules(ARCHITECT, 'echo ${x:-$"a"}')
+
+
+@pytest.mark.parametrize("name", ["__tether_nonce", "__tether_cmd", "__tether_c", "__tether_x"])
+def test_a_loop_over_tethers_own_variables_is_refused(name: str, tmp_path: Path) -> None:
+    # The loop leaves its last value in the variable: Tether's end markers then carry another
+    # nonce (or its command flag is lost), and the command never ends for Tether.
+    command = f'__tether_nonce=n1; for {name} in x; do true; done; echo "${name}" > seen'
+    assert bash_leaves(command, tmp_path / "bash") == ["seen"]
+    assert (tmp_path / "bash" / "seen").read_text() == "x\n"
+    loop = f"for {name} in x; do ls; done"
+    for mode in (ARCHITECT, CODE_WRITER):
+        assert rules(mode, loop) == ["no_assignments"], (mode.name, refusals(mode, loop))
+    assert rules(ARCHITECT, "for tether_x in a; do ls; done") == []
+
+
+@pytest.mark.parametrize("target", [
+    "/proc/self/cwd/NOTES.md", "/proc/thread-self/cwd/NOTES.md", "/dev/fd/../cwd/NOTES.md",
+    "{ws}/src/here/NOTES.md",  # a symlink to /proc/self/cwd inside an allowed directory
+])
+def test_a_write_target_that_depends_on_the_process_is_refused(
+        target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "here").symlink_to("/proc/self/cwd")
+    command = f"echo pwned > {target.format(ws=ws)}"
+    # bash opens it in the shell, whose directory is `outside`: the file lands there.
+    assert bash_leaves(command, outside) == ["NOTES.md"] and not (ws / "NOTES.md").exists()
+    monkeypatch.chdir(ws)  # the checker's own /proc/self/cwd: the workspace, where *.md may go
+    mode = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["*.md", "src/**"]}})
+    found = violations_of(mode, command, cwd=str(outside), workspace_root=str(ws))
+    assert [v.rule for v in found] == ["allowed_globs"], found
+    assert "/proc or /dev" in found[0].detail
+
+
+def test_proc_and_dev_are_refused_even_under_a_glob_that_covers_them() -> None:
+    anywhere = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["/**"]}})
+    for target in ("/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/dev/tcp/127.0.0.1/9",
+                   "/dev/shm/x", "/tmp/../proc/self/environ"):
+        assert rules(anywhere, f"echo > {target}") == ["allowed_globs"], target
+    assert rules(anywhere, "echo > /dev/null; echo > /tmp/x; echo > /dev/../tmp/y") == []
+
+
+def test_write_globs_never_match_inside_git(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    config = "echo '[core]' >> .git/config; echo 'fsmonitor = touch made; false' >> .git/config"
+    # git runs the programs its config names: this one at `git status` (core.pager, at a
+    # `git log` on a terminal, is the same).
+    assert "made" in bash_leaves(f"git init -q; {config}; git status", ws)
+    (ws / "src").mkdir()
+    (ws / "src" / "cfg").symlink_to("../.git/config")
+    (ws / "src" / "repo").symlink_to("../.git")
+    everything = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": ["**", ".git/**"]}})
+
+    def refused(command: str) -> list[str]:
+        return [v.rule for v in violations_of(everything, command, cwd=str(ws),
+                                              workspace_root=str(ws))]
+
+    for target in (".git/config", ".git/hooks/pre-commit", ".git", "sub/.git/config",
+                   "src/cfg", "src/repo/config", f"{ws}/.git/info/../config"):
+        assert refused(f"echo x >> {target}") == ["allowed_globs"], target
+    assert refused(config) == ["allowed_globs", "allowed_globs"]
+    assert refused("echo x > .gitignore; echo x > src/a.git; echo > git/config") == []
+    anything = ModeSpec.model_validate({"name": "code_writer", "code_writer": {
+        "allowed_commands": "all", "allowed_globs": "all"}})
+    assert violations_of(anything, config, cwd=str(ws), workspace_root=str(ws)) == []
