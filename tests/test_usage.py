@@ -351,6 +351,9 @@ async def test_wait_fields_record_what_the_call_did(
         assert mismatch.structured_content["code"] == "session_mismatch"
         too_long = await command("x" * (MAX_COMMAND_BYTES + 1), wait_for_seconds=2)
         assert too_long.structured_content["code"] == "limit_exceeded"
+        # A mode change waits for the busy main shell: a second thread takes the mode.
+        other = await initialize(client, workspace)
+        scope = {"thread_id": other["thread_id"], "workspace_root": other["workspace_root"]}
         await call(client, "Initialize", {"type": "change_mode", "mode": "architect", **scope})
         assert (await command("touch x")).structured_content["code"] == "mode_denied"
     assert _waits(log) == [
