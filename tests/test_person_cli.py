@@ -22,8 +22,10 @@ import pytest
 from mcp import Client
 
 from tests.agent_helpers import launch
+from tests.helpers import poll
 from tests.mcp_helpers import bash, execution, initialize, run
 from tests.person_terminal import TETHER, PersonTerminal
+from tether.frontend.guardians import read_info, spawn_guardian
 from tether.shared.config import Config
 from tether.shared.paths import guardian_key, guardian_paths
 
@@ -279,3 +281,42 @@ async def test_relative_workspaces_a_version_and_no_python_none(
     version = tether("--version")
     assert version.returncode == 0
     assert version.stdout == f"tether {metadata.version('tether')}\n"
+
+
+async def test_guardians_stop_all_reaches_every_principals_guardians(
+    client: Client, tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    """``stop --workspace`` reaches the local principal's guardian only; ``--principal``
+    names another, and ``stop --all`` stops every guardian, an HTTP principal's too."""
+    session = await initialize(client, workspace)
+    sleeper = await _background(client, session, "sleep 60")
+    other = tmp_path / "other"
+    other.mkdir()
+    paths = guardian_paths(tether_env, "alice", str(other))
+    child = spawn_guardian(paths, "alice", str(other))
+    try:
+        alice = poll(lambda: read_info(paths), what="alice's guardian.json")
+        status = tether("guardians", "status", "--workspace", str(other), "--principal", "alice")
+        assert status.returncode == 0 and json.loads(status.stdout)["answering"] is True
+        listed = tether("guardians", "list")
+        assert f"{other}  protocol" in listed.stdout and "principal alice" in listed.stdout
+        asked = tether("guardians", "stop", "--all")
+        assert asked.returncode == 2, asked.stdout + asked.stderr
+        assert sleeper in asked.stdout and str(other) in asked.stdout, asked.stdout
+        assert "Run again with --yes" in asked.stdout
+        assert psutil.pid_exists(alice["pid"]) and psutil.pid_exists(session["guardian"]["pid"])
+        done = tether("guardians", "stop", "--all", "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        for stopped in (alice, session["guardian"]):
+            assert stopped["instance_id"] in done.stdout, done.stdout
+        assert child.wait(timeout=15) == 0
+        guardian = psutil.Process(session["guardian"]["pid"])
+        poll(lambda: guardian.status() == psutil.STATUS_ZOMBIE if guardian.is_running() else True,
+             what="the local guardian to exit")
+        assert tether("guardians", "list").stdout == ""
+        again = tether("guardians", "stop", "--all")
+        assert again.returncode == 0 and "no guardian is running" in again.stdout
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
