@@ -27,9 +27,10 @@ import filelock
 from pydantic import ValidationError
 
 from tether.frontend import usage
-from tether.frontend.health import unresponsive
+from tether.frontend.health import restart_for, unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import METHODS
+from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
+from tether.protocol.methods import METHODS, params_capability
 from tether.protocol.results import (
     HelloResult,
     build_result_checker,
@@ -56,6 +57,9 @@ _READ_ONLY = frozenset(
      "thread.mode", "thread.set_mode",
      "agent.list", "agent.get", "agent.notifications", "exec.ancestor"}
 )
+
+#: Methods that type text into a terminal (``send_text``, a prompt).
+_TYPES_TEXT = frozenset({"exec.input", "agent.prompt"})
 
 
 class Liveness:
@@ -159,28 +163,60 @@ class GuardianHandle:
         if self.liveness is not None:
             self.liveness.close()
 
-    def require(self, capability: Capability | None) -> None:
-        """Refuse, before sending anything, a call this guardian cannot serve (R8)."""
+    @property
+    def workspace_root(self) -> str:
+        return str(self.info.get("workspace_root") or self.paths.runtime)
+
+    def require(self, capability: Capability | None, why: str = "", advice: str = "",
+                **data: Any) -> None:
+        """Refuse, before sending anything, a call this guardian cannot serve (R8). ``why``
+        says what of the call needs ``capability`` when the method alone does not, and
+        ``advice`` what the caller can do short of an upgrade."""
         if capability is None or str(capability) in self.capabilities:
             return
         since = minor_introducing(capability)
+        upgrade = f"`{restart_for(self.info, self.workspace_root)}`"
         raise TetherError(
             ErrorCode.CAPABILITY_MISSING,
-            f"the guardian for this workspace speaks protocol {self.version}, which lacks "
-            f"'{capability}' (added in protocol {since}). Nothing was sent. To upgrade, run "
-            "`tether guardians restart --workspace <root>`: it stops the old guardian, which "
-            "ends its running terminals (their records stay readable).",
+            f"{why}The guardian for this workspace speaks protocol {self.version}, which lacks "
+            f"'{capability}' (added in protocol {since}). Nothing was sent. {advice}"
+            f"To upgrade, run {upgrade}: it stops the old guardian, which ends its running "
+            "terminals (their records stay readable).",
             {
                 "capability": str(capability),
                 "guardian_protocol": str(self.version),
                 "input_sent": False,
                 "operator_action_required": True,
+                **data,
             },
         )
 
+    def admit(self, method: str, params: dict[str, Any]) -> None:
+        """Every refusal due before ``method`` is sent: a capability the method or its params
+        need (R8)."""
+        self.require(METHODS[method][1])
+        self.require(params_capability(method, params),
+                     "A detection page, or a recognizer's event, is a recognition verdict. ")
+        text = params.get("text") if method in _TYPES_TEXT else None
+        if isinstance(text, str) and Capability.LINE_LIMITS not in self.capabilities and (
+                found := long_line(text)) is not None:
+            # Without line_limits the guardian cannot say whether the program reads whole
+            # lines, where the kernel would cut this one silently: refused here, whatever
+            # the terminal's mode (a shorter line goes through as before).
+            line, size = found
+            self.require(
+                Capability.LINE_LIMITS,
+                f"Line {line} of the text is {size} bytes in UTF-8. A program that reads whole "
+                f"lines (terminal in cooked mode) takes at most {MAX_CANONICAL_LINE_BYTES} "
+                "bytes a line, and the kernel drops the rest silently; only a guardian with "
+                "'line_limits' can tell whether this terminal reads whole lines. ",
+                f"Send lines of at most {MAX_CANONICAL_LINE_BYTES} bytes (or write the text "
+                "to a file and have the program read it). ",
+                limit=MAX_CANONICAL_LINE_BYTES, size=size, line=line)
+
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
         """Call ``method``; the reply comes back as its model (``protocol.results.RESULTS``)."""
-        self.require(METHODS[method][1])
+        self.admit(method, params)
         if result_checker_built(method):
             return read_result(method, await self.client.call(method, params, timeout_s=timeout_s))
         # The first reply of this kind: its model's validator is built while the guardian
@@ -351,6 +387,7 @@ class GuardianLocator:
         identity = ProcessIdentity.from_dict(info)
         if identity is None or not identity.alive():
             return None
+        where = workspace_root or str(info.get("workspace_root", paths.runtime))
         version = Version(MAJOR, known_minor_versions()[-1].minor)
         client = GuardianClient(
             info["endpoint"], info["auth_token"], version=version,
@@ -371,7 +408,6 @@ class GuardianLocator:
                 # Alive (identity checked) but silent: say so, and start nothing. The wait
                 # stated is the one measured: a stopped guardian never completes the socket's
                 # handshake, so the send gives up (about 2s) before the reply's deadline.
-                where = workspace_root or str(info.get("workspace_root", paths.runtime))
                 raise unresponsive(paths, info, where,
                                    waited_s=round(time.monotonic() - asked, 1)) from None
             return None
@@ -390,7 +426,7 @@ class GuardianLocator:
                 ErrorCode.PROTOCOL_MISMATCH,
                 f"the guardian at {info['endpoint']} speaks protocol {chosen}; this front-end "
                 f"speaks {MAJOR}.0-{version}. Restart it with this version of Tether "
-                "(`tether guardians restart --workspace <root>`).",
+                f"(`{restart_for(info, where)}`).",
                 {"client_range": [f"{MAJOR}.0", str(version)], "guardian_version": str(chosen),
                  "operator_action_required": True, "input_sent": False},
             )

@@ -8,12 +8,26 @@ was attempted and failed) and calls for a different remedy; nothing is started e
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import psutil
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.paths import GuardianPaths
+
+
+def restart_command(workspace_root: str, principal: str = "local") -> str:
+    """The exact command that replaces (and so upgrades) the guardian of ``workspace_root``
+    for ``principal``: what every message that advises a restart quotes."""
+    who = "" if principal == "local" else f" --principal {shlex.quote(principal)}"
+    return f"tether guardians restart --workspace {shlex.quote(workspace_root)}{who} --yes"
+
+
+def restart_for(info: dict[str, Any], workspace_root: str | None = None) -> str:
+    """:func:`restart_command` for the guardian described by its ``guardian.json``."""
+    root = workspace_root or str(info.get("workspace_root") or "?")
+    return restart_command(root, str(info.get("principal") or "local"))
 
 
 def process_status(pid: int) -> str:
@@ -43,8 +57,8 @@ def unresponsive(paths: GuardianPaths, info: dict[str, Any], workspace_root: str
         ErrorCode.GUARDIAN_UNRESPONSIVE,
         f"the guardian of {workspace_root} (pid {pid}) is alive but did not answer within "
         f"{waited_s:g}s: {cause}. {sent}, and no other guardian was started. If it stays "
-        f"unresponsive, `tether guardians restart --workspace {workspace_root} --yes` replaces "
-        "it (its running terminals end; their records stay readable).",
+        f"unresponsive, `{restart_for(info, workspace_root)}` replaces it (its running "
+        "terminals end; their records stay readable).",
         {"pid": pid, "process_status": status, "socket_present": socket_present,
          "input_sent": input_sent, "operator_action_required": True},
     )

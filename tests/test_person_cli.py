@@ -22,10 +22,11 @@ import pytest
 from mcp import Client
 
 from tests.agent_helpers import launch
-from tests.helpers import poll
+from tests.helpers import poll, start_guardian
 from tests.mcp_helpers import bash, execution, initialize, run
 from tests.person_terminal import TETHER, PersonTerminal
 from tether.frontend.guardians import read_info, spawn_guardian
+from tether.frontend.server import build_server
 from tether.shared.config import Config
 from tether.shared.paths import guardian_key, guardian_paths
 
@@ -320,3 +321,34 @@ async def test_guardians_stop_all_reaches_every_principals_guardians(
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+async def test_a_guardian_too_old_to_look_into_is_named_with_its_upgrade(
+    tether_env: Config, workspace: Path
+) -> None:
+    """Before 1.3 (person_view) a guardian cannot be looked into: show, tail and attach say
+    so with the exact restart command, never not_found; ls and agents name the real path,
+    and ls says in its status that it could not look inside."""
+    start_guardian(workspace, tether_env, "1.2")
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        eid = await _background(client, session, "echo here; sleep 60")
+    restart = f"tether guardians restart --workspace {workspace} --yes"
+    for args in (["show", eid], ["tail", eid]):
+        refused = tether(*args)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert "[capability_missing]" in refused.stderr, (args, refused.stderr)
+        assert "person_view" in refused.stderr and "protocol 1.2" in refused.stderr
+        assert restart in refused.stderr, refused.stderr
+    viewer = PersonTerminal(["attach", eid])
+    try:
+        assert viewer.wait_exit() == 2
+        assert b"[capability_missing]" in viewer.output()
+    finally:
+        viewer.close()
+    listed = tether("ls", "--workspace", str(workspace))
+    assert listed.returncode == 1, listed.stdout  # it could not look inside
+    assert restart in listed.stdout and "<root>" not in listed.stdout, listed.stdout
+    agents = tether("agents", "list", "--workspace", str(workspace))
+    assert agents.returncode == 2 and "capability_missing" in agents.stderr, agents.stderr
+    assert restart in agents.stderr and "<root>" not in agents.stderr, agents.stderr
