@@ -27,7 +27,7 @@ import filelock
 from pydantic import ValidationError
 
 from tether.frontend import usage
-from tether.frontend.health import restart_for, unresponsive
+from tether.frontend.health import is_stopped, restart_for, stat_state, stopped, unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
 from tether.protocol.methods import METHODS, params_capability
@@ -76,18 +76,28 @@ class Liveness:
     def __init__(self, identity: ProcessIdentity) -> None:
         self.identity = identity
         self._fd: int | None = None
+        self._stat: int | None = None
         self._poll: select.poll | None = None
         self._watch: asyncio.AbstractEventLoop | None = None
         try:
             fd = os.pidfd_open(identity.pid)
         except (AttributeError, OSError):
             return
-        # Checked after the pidfd exists: had the pid been reused before, the create time
-        # would not match, so a pidfd kept here is the guardian's own.
+        try:
+            # Its state (stopped or not) is one pread of this descriptor, about 7 us: it
+            # refers to this very process too, and reads fail once the process is gone.
+            stat: int | None = os.open(f"/proc/{identity.pid}/stat", os.O_RDONLY)
+        except OSError:
+            stat = None
+        # Checked after both exist: had the pid been reused before, the create time would
+        # not match, so descriptors kept here are the guardian's own.
         if not identity.alive():
             os.close(fd)
+            if stat is not None:
+                os.close(stat)
             return
         self._fd = fd
+        self._stat = stat
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
 
@@ -95,6 +105,16 @@ class Liveness:
         if self._poll is None:
             return self.identity.alive()
         return not self._poll.poll(0)
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP, Ctrl-Z): alive, but nothing sent to it
+        would be answered before it is continued."""
+        if self._stat is None:
+            return is_stopped(self.identity.pid)
+        try:
+            return stat_state(os.pread(self._stat, 512, 0)) == "T"
+        except OSError:
+            return False  # gone: alive() says so
 
     def on_exit(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, from ``loop``, when the process ends (nothing without a
@@ -119,6 +139,9 @@ class Liveness:
             os.close(self._fd)
             self._fd = None
             self._poll = None
+        if self._stat is not None:
+            os.close(self._stat)
+            self._stat = None
 
 
 @dataclass
@@ -163,6 +186,13 @@ class GuardianHandle:
         if self.liveness is not None:
             self.liveness.close()
 
+    def stopped(self) -> bool:
+        """This guardian is stopped (SIGSTOP, Ctrl-Z): whatever is sent would wait out its
+        deadline unanswered."""
+        if self.liveness is None:
+            self.liveness = Liveness(self.identity)
+        return self.liveness.stopped()
+
     @property
     def workspace_root(self) -> str:
         return str(self.info.get("workspace_root") or self.paths.runtime)
@@ -193,7 +223,7 @@ class GuardianHandle:
 
     def admit(self, method: str, params: dict[str, Any]) -> None:
         """Every refusal due before ``method`` is sent: a capability the method or its params
-        need (R8)."""
+        need (R8), and a guardian that is stopped (it could not answer)."""
         self.require(METHODS[method][1])
         self.require(params_capability(method, params),
                      "A detection page, or a recognizer's event, is a recognition verdict. ")
@@ -213,6 +243,8 @@ class GuardianHandle:
                 f"Send lines of at most {MAX_CANONICAL_LINE_BYTES} bytes (or write the text "
                 "to a file and have the program read it). ",
                 limit=MAX_CANONICAL_LINE_BYTES, size=size, line=line)
+        if self.stopped():
+            raise stopped(self.info, self.workspace_root)
 
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
         """Call ``method``; the reply comes back as its model (``protocol.results.RESULTS``)."""
@@ -296,16 +328,20 @@ class GuardianLocator:
         except TetherError as err:
             if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
                 raise
+            sent = err.data.get("input_sent")
+            if (err.code == ErrorCode.GUARDIAN_UNAVAILABLE and sent is not False
+                    and handle.alive()):
+                # Sent, not answered, and the very same process is still there: stopped
+                # meanwhile, or overloaded. A new handshake would wait in vain, and nothing is
+                # to be started; whether input arrived is unknown, as the error said.
+                raise unresponsive(handle.paths, handle.info, workspace_root,
+                                   waited_s=timeout_s + REPLY_GRACE_S,
+                                   input_sent=False if method in _READ_ONLY else
+                                   sent if sent is not None else "unknown") from None
             # Retry on the (possibly new) guardian only what cannot deliver input twice:
             # reads, and requests that provably never reached a guardian.
-            if method not in _READ_ONLY and err.data.get("input_sent") is not False:
+            if method not in _READ_ONLY and sent is not False:
                 raise
-            if (err.code == ErrorCode.GUARDIAN_UNAVAILABLE and err.data.get("input_sent") is not False
-                    and handle.alive()):
-                # Sent, not answered, and the very same process is still there: stopped or
-                # overloaded. A new handshake would wait in vain, and nothing is to be started.
-                raise unresponsive(handle.paths, handle.info, workspace_root,
-                                   waited_s=timeout_s + REPLY_GRACE_S) from None
             self.forget(workspace_root)
             handle = await self.handle(workspace_root, thread_id)
             return await handle.call(method, params, timeout_s=timeout_s)
@@ -388,6 +424,9 @@ class GuardianLocator:
         if identity is None or not identity.alive():
             return None
         where = workspace_root or str(info.get("workspace_root", paths.runtime))
+        if is_stopped(identity.pid):
+            # A handshake would wait out its deadline: say it at once, and start nothing.
+            raise stopped(info, where)
         version = Version(MAJOR, known_minor_versions()[-1].minor)
         client = GuardianClient(
             info["endpoint"], info["auth_token"], version=version,

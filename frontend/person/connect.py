@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
-from tether.frontend.health import measured, restart_for
+from tether.frontend.health import measured, restart_for, stopped
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
@@ -63,7 +63,8 @@ class Found:
 
     async def watch(self, interval_s: float = 0.5) -> None:
         """Return never; raise ``guardian_unavailable`` as soon as the guardian process is
-        gone (a long poll would otherwise only notice when its deadline passes)."""
+        gone, and ``guardian_unresponsive`` as soon as it is stopped (a long poll would
+        otherwise only notice when its deadline passes)."""
         ident = ProcessIdentity.from_dict(self.info)
         while True:
             await asyncio.sleep(interval_s)
@@ -71,6 +72,8 @@ class Found:
                 raise TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
                                   f"the guardian of {self.workspace} (pid {self.info.get('pid')}) "
                                   "has exited")
+            if self.handle is not None and self.handle.stopped():
+                raise stopped(self.info, self.workspace)
 
 
 async def watched(entry: Found, work: Awaitable[T]) -> T:
@@ -154,7 +157,7 @@ async def guardians(config: Config, workspace: str | None = None, *,
     finally:
         for entry in found:
             if entry.handle is not None:
-                entry.handle.client.close()
+                entry.handle.close()
 
 
 async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, dict[str, Any]]:

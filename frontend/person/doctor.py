@@ -176,8 +176,9 @@ class Doctor:
             # that does not answer is replaced: restart stops it by identity, SIGTERM first.
             fix = (f"kill -CONT {info.get('pid')}  # then, if it stays unresponsive: {restart}"
                    if stopped else restart)
-            self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but its "
-                     f"handshake failed: {message}", fix)
+            what = ": " if stopped else " is alive but its handshake failed: "
+            self.add("action", f"guardian pid {info.get('pid')} of {workspace}{what}{message}",
+                     fix)
             return
         if handle is None:
             self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but does "
