@@ -22,12 +22,13 @@ import pytest
 from mcp import Client
 
 from tests.agent_helpers import launch
-from tests.helpers import poll, sigstop, start_guardian
+from tests.helpers import poll, sigstop, start_guardian, tether_processes
 from tests.mcp_helpers import bash, execution, initialize, run
 from tests.person_terminal import TETHER, PersonTerminal
 from tether.frontend.guardians import HELLO_TIMEOUT_S, read_info, spawn_guardian
 from tether.frontend.server import build_server
 from tether.protocol.limits import RPC_SLACK_S
+from tether.shared.catalog import peek_execution
 from tether.shared.config import Config
 from tether.shared.paths import guardian_key, guardian_paths
 
@@ -392,3 +393,48 @@ async def test_tail_and_attach_stop_at_once_when_the_guardian_is_stopped(
         viewer.close()
         follower.kill()
         follower.wait()
+
+
+async def test_show_tail_and_attach_read_a_lost_guardians_record_from_disk(
+    tether_env: Config, workspace: Path
+) -> None:
+    """A crashed guardian's records stay on disk: show, tail and attach read them there
+    (read-only: nothing started, nothing written), never not_found."""
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        finished = (await run(client, session, "echo finished-before; (exit 3)"))["execution_id"]
+        running = await _background(client, session, "echo still-here; sleep 60")
+        await _wait_for_output(client, session, running, "still-here")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
+
+    shown = tether("show", running)
+    assert shown.returncode == 0, shown.stderr
+    assert "status: unknown" in shown.stdout and "reason: guardian_lost" in shown.stdout
+    assert "read from disk" in shown.stdout and "still says running" in shown.stdout
+    assert "echo still-here; sleep 60" in shown.stdout
+    as_json = json.loads(tether("show", running, "--json").stdout)
+    assert as_json["execution"]["status"] == "unknown" and as_json["live"] is False
+    assert as_json["from_disk"]["status_in_catalog"] == "running"
+    ended = tether("show", finished)
+    assert ended.returncode == 0 and "exit_code: 3" in ended.stdout, ended.stderr
+    assert "still says" not in ended.stdout
+    tailed = tether("tail", running)
+    assert tailed.returncode == 0 and "still-here" in tailed.stdout, tailed.stderr
+    followed = tether("tail", "-f", running, "--workspace", str(workspace))
+    assert followed.returncode == 0 and "still-here" in followed.stdout, followed.stderr
+    assert f"[tether: {running} unknown (guardian_lost)]" in followed.stderr
+    viewer = PersonTerminal(["attach", running])
+    try:
+        assert viewer.wait_exit() == 255  # its end was not seen
+        assert b"unknown (guardian_lost)" in viewer.output()
+    finally:
+        viewer.close()
+    # Looking changed nothing: no guardian started, the record is as the crash left it.
+    assert tether_processes(tether_env.runtime_dir, "tether-guardian") == []
+    found = peek_execution(catalog, running)
+    assert found is not None and found["execution"]["status"] == "running"
+    missing = tether("show", "ex_0000000000000000")
+    assert missing.returncode == 2 and "[not_found]" in missing.stderr

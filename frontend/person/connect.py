@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
 from tether.frontend.health import measured, restart_for, stopped
+from tether.frontend.person.offline import OnDisk, find_on_disk
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
@@ -76,7 +77,7 @@ class Found:
                 raise stopped(self.info, self.workspace)
 
 
-async def watched(entry: Found, work: Awaitable[T]) -> T:
+async def watched(entry: Found | OnDisk, work: Awaitable[T]) -> T:
     """``work``, failing fast when the guardian behind ``entry`` dies meanwhile."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(entry.watch())
@@ -160,14 +161,15 @@ async def guardians(config: Config, workspace: str | None = None, *,
                 entry.handle.close()
 
 
-async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, dict[str, Any]]:
-    """The guardian holding ``execution_id`` and its ``exec.describe``.
+async def find_execution(found: list[Found], execution_id: str, *, config: Config,
+                         workspace: str | None = None) -> tuple[Found | OnDisk, dict[str, Any]]:
+    """The guardian holding ``execution_id`` and its ``exec.describe``; or, when no running
+    guardian holds it, the record on disk of a guardian that is gone (``OnDisk``).
 
-    When no guardian that answered holds it, and a live guardian could not be asked (stopped,
-    hung), the error is that guardian's (``guardian_unresponsive``, with how to resume it);
-    when a guardian too old to be looked into (no ``person_view``) may hold it,
-    ``capability_missing`` with how to upgrade it: ``not_found`` would be a guess, since the
-    execution may well be in the one that cannot be asked.
+    When it is in neither, and a live guardian could not be asked (stopped, hung), the error
+    is that guardian's (``guardian_unresponsive``, with how to resume it); when a guardian too
+    old to be looked into (no ``person_view``) may hold it, ``capability_missing`` with how to
+    upgrade it. ``not_found`` only when every guardian was asked and no catalog has it.
     """
     too_old: list[Found] = []
     unasked: list[TetherError] = []
@@ -189,6 +191,13 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
                 unasked.append(err)  # silent meanwhile: another guardian may still hold it
             elif err.code != ErrorCode.NOT_FOUND:
                 raise
+    # A guardian that is gone left its catalog and journals: read the record from there.
+    running = {entry.paths.key for entry in found if entry.alive}
+    on_disk = await asyncio.to_thread(find_on_disk, config, execution_id, skip=running,
+                                      workspace=canonical_workspace(workspace) if workspace
+                                      else None)
+    if on_disk is not None:
+        return on_disk, await on_disk.call("exec.describe", {"execution_id": execution_id})
     if unasked:
         first = unasked[0]
         more = f" ({len(unasked) - 1} more guardians did not answer either)" if unasked[1:] else ""
@@ -198,7 +207,8 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
     if too_old:
         raise too_old_error(too_old, execution_id)
     raise TetherError(ErrorCode.NOT_FOUND,
-                      f"no running guardian holds execution {execution_id!r}")
+                      f"no guardian holds execution {execution_id!r}, and no catalog on disk "
+                      "has it (it may have been pruned)")
 
 
 def too_old_error(too_old: list[Found], execution_id: str) -> TetherError:
