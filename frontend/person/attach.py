@@ -356,7 +356,9 @@ class Attach:
                 failure = task.exception()
                 if failure is not None:
                     self.failure = failure
-                    raise failure
+                    if not self.guardian_lost():
+                        raise failure
+                    return EXIT_UNKNOWN  # the program's end, if any, was not seen
             if tasks[0] in done and not self.typed.empty():
                 # The program ended: what the person typed just before can still be sent.
                 with contextlib.suppress(TetherError):
@@ -371,6 +373,13 @@ class Attach:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.in_fd)
         return self.exit_status()
+
+    def guardian_lost(self) -> bool:
+        """Whether watching stopped because the guardian holding the program has ended (and
+        the program's terminal with it), rather than because something failed."""
+        return (isinstance(self.failure, TetherError)
+                and self.failure.code == ErrorCode.GUARDIAN_UNAVAILABLE
+                and isinstance(self.entry, Found) and self.entry.gone())
 
     def exit_status(self) -> int:
         """The program's exit code once it has ended; EXIT_DETACHED when the person

@@ -76,6 +76,11 @@ class Found:
             if self.handle is not None and self.handle.stopped():
                 raise stopped(self.info, self.workspace)
 
+    def gone(self) -> bool:
+        """Whether the guardian behind this entry has ended (its terminals with it)."""
+        ident = ProcessIdentity.from_dict(self.info)
+        return ident is None or not ident.alive()
+
 
 async def watched(entry: Found | OnDisk, work: Awaitable[T]) -> T:
     """``work``, failing fast when the guardian behind ``entry`` dies meanwhile."""
