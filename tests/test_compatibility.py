@@ -19,7 +19,7 @@ from tests.mcp_helpers import bash, call, call_error, execution, initialize, pro
 from tether.frontend.server import build_server
 from tether.protocol import codec
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES
-from tether.protocol.versions import known_minor_versions
+from tether.protocol.versions import Version, capabilities_for, known_minor_versions
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import guardian_paths, write_private_file
@@ -335,7 +335,8 @@ async def test_doctor_asks_to_restart_a_guardian_older_than_this_front_end(
     lines = done.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if "speaks protocol 1.5" in line)
     assert lines[at].startswith("ACTION"), lines[at]
-    assert "lacks line_limits, mode_sandbox" in lines[at], lines[at]
+    lacks = capabilities_for(known_minor_versions()[-1]) - capabilities_for(Version(1, 5))
+    assert f"lacks {', '.join(sorted(lacks))}," in lines[at], lines[at]
     assert lines[at + 1].strip().startswith(
         f"fix: tether guardians restart --workspace {workspace} --yes"), lines[at + 1]
     assert "nothing needs action" not in done.stdout
