@@ -20,7 +20,7 @@ from tether.frontend.health import process_status
 from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.doctor import lock_holders
 from tether.frontend.person.term import Progress, visible
-from tether.protocol.errors import TetherError
+from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.results import HelloResult, ShutdownResult, read_result
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import Version
@@ -108,13 +108,14 @@ def _stop_by_signal(ident: ProcessIdentity) -> str:
             "its running records become unknown (guardian_lost) on the next call")
 
 
-def _paths(config: Config, root: str) -> GuardianPaths | None:
-    """The paths of the guardian of ``root`` (canonical), checked as a guardian checks them
-    (R1); None when no guardian was ever started for it here: looking creates nothing."""
-    key = guardian_key("local", root)
+def _paths(config: Config, root: str, principal: str) -> GuardianPaths | None:
+    """The paths of the guardian of ``root`` (canonical) for ``principal``, checked as a
+    guardian checks them (R1); None when no guardian was ever started for it here: looking
+    creates nothing."""
+    key = guardian_key(principal, root)
     if not (config.runtime_dir / key).is_dir() and not (config.state_home / "guardians" / key).is_dir():
         return None
-    return guardian_paths(config, "local", root)
+    return guardian_paths(config, principal, root)
 
 
 def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
@@ -172,16 +173,105 @@ def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
                      "(guardian_lost)" if lost else ""))
 
 
+def _stop(config: Config, root: str, principal: str, *, yes: bool) -> int:
+    """``stop`` (and the first half of ``restart``) for the guardian of ``root`` serving
+    ``principal``: without ``yes``, only say what stopping it would end. Returns the exit
+    status (2 when nothing was stopped because ``yes`` was not given, or it could not be)."""
+    paths = _paths(config, root, principal)
+    info = read_info(paths) if paths is not None else None
+    ident = ProcessIdentity.from_dict(info) if info else None
+    alive = bool(ident and ident.alive())
+    if not alive:
+        # Nothing to end, so no --yes needed: a stale record is removed, and restart goes on
+        # to start a guardian.
+        cleared, what = _clear_stale(paths, root)
+        _say(what)
+        return 0 if cleared else 2
+    assert info is not None and ident is not None
+    # A stopped guardian answers nothing: asking it would only wait out the timeout.
+    stopped = process_status(ident.pid) == psutil.STATUS_STOPPED
+    if not yes:
+        try:
+            if stopped:
+                raise TetherError(ErrorCode.GUARDIAN_UNRESPONSIVE, "stopped")
+            running = asyncio.run(_shutdown(info, dry_run=True))
+        except TetherError:
+            _say(f"The guardian of {root} (pid {info['pid']}) is alive but does not answer "
+                 f"(process status: {process_status(ident.pid)}), so the executions stopping "
+                 "it would end cannot be listed. With --yes it is stopped by signal: SIGTERM "
+                 f"to pid {info['pid']}, checked to be that very process (SIGCONT too if it is "
+                 f"stopped; SIGKILL after {SIGTERM_WAIT_S:g}s). Its terminals end; their "
+                 "records stay readable.")
+            return 2
+        _say(f"This stops the guardian of {root} (pid {info['pid']}, protocol "
+             f"{info['protocol']}). Every terminal it holds is hung up, which ends these running "
+             f"executions: {', '.join(running) or 'none'} (and each thread's idle shell). Their "
+             "records and output stay readable. Run again with --yes.")
+        return 2
+    try:
+        if stopped:
+            raise TetherError(ErrorCode.GUARDIAN_UNRESPONSIVE,
+                              "it is stopped (SIGSTOP or Ctrl-Z)")
+        ended = asyncio.run(_shutdown(info, dry_run=False))
+    except TetherError as err:
+        outcome = _stop_by_signal(ident)
+        _say(f"guardian {info['instance_id']} (pid {info['pid']}) did not answer "
+             f"({err.message}); {outcome}")
+    else:
+        _say(f"stopped guardian {info['instance_id']}; ended executions: "
+             f"{', '.join(ended) or 'none'}")
+        with Progress(f"waiting for guardian pid {ident.pid} to exit"):
+            gone = _wait_gone(ident, SIGTERM_WAIT_S)
+        if not gone:
+            _say(f"it is still running after {SIGTERM_WAIT_S:g}s; {_stop_by_signal(ident)}")
+    return 0
+
+
+def _stop_all(config: Config, principal: str | None, *, yes: bool) -> int:
+    """``stop --all``: every guardian that announced itself (of ``principal`` only, when
+    given), HTTP principals' too; each as ``stop --workspace`` would."""
+    infos = [info for info in _all_infos(config)
+             if principal is None or (info.get("principal") or "local") == principal]
+    if not infos:
+        _say("no guardian is running" + (f" for principal {principal}" if principal else "")
+             + "; nothing to stop")
+        return 0
+    statuses = []
+    for info in infos:
+        root = info.get("workspace_root")
+        if not isinstance(root, str):
+            _say(f"a guardian.json without a workspace_root (pid {info.get('pid')}): left as "
+                 "it is; `tether doctor` says more")
+            statuses.append(2)
+            continue
+        statuses.append(_stop(config, root, str(info.get("principal") or "local"), yes=yes))
+    return max(statuses)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether guardians")
+    parser = argparse.ArgumentParser(
+        prog="tether guardians",
+        description="List, inspect, stop and restart guardians. A guardian serves one "
+        "workspace for one principal (`local` for `tether serve` over stdio, or a principal "
+        "of `tether serve --http`); --principal names another than local.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every guardian of this user")
+    sub.add_parser("list", help="every guardian of this user (every principal)")
     for name, help_ in (("status", "one workspace's guardian"),
-                        ("stop", "stop a workspace's guardian (ends its terminals)"),
+                        ("stop", "stop a workspace's guardian, or with --all every guardian "
+                                 "(ends their terminals)"),
                         ("restart", "stop it and start one of this version")):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--workspace", required=True, type=workspace_arg,
-                       help="workspace root (relative to the current directory, or absolute)")
+        workspace_help = "workspace root (relative to the current directory, or absolute)"
+        if name == "stop":
+            where = p.add_mutually_exclusive_group(required=True)
+            where.add_argument("--workspace", type=workspace_arg, help=workspace_help)
+            where.add_argument("--all", action="store_true",
+                               help="every guardian that announced itself, of every principal "
+                               "(of --principal only, when given)")
+        else:
+            p.add_argument("--workspace", required=True, type=workspace_arg, help=workspace_help)
+        p.add_argument("--principal", help="the principal the guardian serves (default: "
+                       "local; with stop --all, every principal)")
         if name in ("stop", "restart"):
             p.add_argument("--yes", action="store_true",
                            help="really stop it, ending every running terminal it holds")
@@ -191,71 +281,42 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             for entry in _all_infos(config):
                 state = "alive" if entry["alive"] else "gone"
+                who = entry.get("principal") or "local"
                 _say(f"{entry.get('workspace_root')}  protocol {entry.get('protocol')}  "
-                     f"pid {entry.get('pid')}  {state}  instance {entry.get('instance_id')}")
+                     f"pid {entry.get('pid')}  {state}  instance {entry.get('instance_id')}"
+                     + ("" if who == "local" else f"  principal {who}"))
             return 0
+        if args.command == "stop" and args.all:
+            return _stop_all(config, args.principal, yes=args.yes)
+        principal = args.principal or "local"
         root = canonical_workspace(args.workspace)
-        paths = _paths(config, root)
-        info = read_info(paths) if paths is not None else None
-        ident = ProcessIdentity.from_dict(info) if info else None
-        alive = bool(ident and ident.alive())
         if args.command == "status":
-            answering = alive and info is not None and asyncio.run(_answers(info))
-            extra = {"answering": answering,
-                     "process_status": process_status(ident.pid) if ident else "gone"}
-            print(json.dumps({"alive": alive, **extra, **{k: v for k, v in (info or {}).items()
-                                                           if k != "auth_token"}}, indent=2))
+            paths = _paths(config, root, principal)
+            info = read_info(paths) if paths is not None else None
+            ident = ProcessIdentity.from_dict(info) if info else None
+            alive = bool(ident and ident.alive())
+            status = process_status(ident.pid) if ident else "gone"
+            answering = (alive and info is not None and status != psutil.STATUS_STOPPED
+                         and asyncio.run(_answers(info)))
+            print(json.dumps({"alive": alive, "answering": answering, "process_status": status,
+                              **{k: v for k, v in (info or {}).items() if k != "auth_token"}},
+                             indent=2))
             return 0 if alive else 1
-        if not alive:
-            # Nothing to end, so no --yes needed: a stale record is removed, and restart
-            # goes on to start a guardian.
-            cleared, what = _clear_stale(paths, root)
-            _say(what)
-            if not cleared:
-                return 2
-        if alive and info is not None and ident is not None and not args.yes:
-            try:
-                running = asyncio.run(_shutdown(info, dry_run=True))
-            except TetherError:
-                _say(f"The guardian of {args.workspace} (pid {info['pid']}) is alive but does "
-                     f"not answer (process status: {process_status(ident.pid)}), so the "
-                     "executions stopping it would end cannot be listed. With --yes it is "
-                     f"stopped by signal: SIGTERM to pid {info['pid']}, checked to be that "
-                     f"very process (SIGCONT too if it is stopped; SIGKILL after "
-                     f"{SIGTERM_WAIT_S:g}s). Its terminals end; their records stay readable.")
-                return 2
-            _say(f"This stops the guardian of {args.workspace} (pid {info['pid']}, protocol "
-                 f"{info['protocol']}). Every terminal it holds is hung up, which ends these "
-                 f"running executions: {', '.join(running) or 'none'} (and each thread's idle "
-                 "shell). Their records and output stay readable. Run again with --yes.")
-            return 2
-        if alive and info is not None and ident is not None:
-            try:
-                ended = asyncio.run(_shutdown(info, dry_run=False))
-            except TetherError as err:
-                outcome = _stop_by_signal(ident)
-                _say(f"guardian {info['instance_id']} (pid {info['pid']}) did not answer "
-                     f"({err.message}); {outcome}")
-            else:
-                _say(f"stopped guardian {info['instance_id']}; ended executions: "
-                     f"{', '.join(ended) or 'none'}")
-                with Progress(f"waiting for guardian pid {ident.pid} to exit"):
-                    gone = _wait_gone(ident, SIGTERM_WAIT_S)
-                if not gone:
-                    _say(f"it is still running after {SIGTERM_WAIT_S:g}s; "
-                         f"{_stop_by_signal(ident)}")
-        if args.command == "restart":
-            async def start() -> dict[str, Any]:
-                locator = GuardianLocator(config)
-                try:
-                    handle = await locator.handle(root)
-                    return {"instance_id": handle.instance_id, "protocol": str(handle.version)}
-                finally:
-                    locator.close()
+        stopped = _stop(config, root, principal, yes=args.yes)
+        if args.command == "stop" or stopped != 0:
+            return stopped
 
-            with Progress("starting a guardian"):
-                started = asyncio.run(start())
-            _say(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
+        async def start() -> dict[str, Any]:
+            locator = GuardianLocator(config, principal)
+            try:
+                handle = await locator.handle(root)
+                return {"instance_id": handle.instance_id, "protocol": str(handle.version)}
+            finally:
+                locator.close()
+
+        with Progress("starting a guardian"):
+            started = asyncio.run(start())
+        _say(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
         return 0
     except TetherError as err:
         print(f"tether guardians: {visible(err.message)}", file=sys.stderr)

@@ -27,9 +27,10 @@ import filelock
 from pydantic import ValidationError
 
 from tether.frontend import usage
-from tether.frontend.health import unresponsive
+from tether.frontend.health import is_stopped, restart_for, stat_state, stopped, unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import METHODS
+from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
+from tether.protocol.methods import METHODS, params_capability
 from tether.protocol.results import (
     HelloResult,
     build_result_checker,
@@ -57,6 +58,9 @@ _READ_ONLY = frozenset(
      "agent.list", "agent.get", "agent.notifications", "exec.ancestor"}
 )
 
+#: Methods that type text into a terminal (``send_text``, a prompt).
+_TYPES_TEXT = frozenset({"exec.input", "agent.prompt"})
+
 
 class Liveness:
     """Whether one guardian process still runs, asked before every call to it.
@@ -72,18 +76,28 @@ class Liveness:
     def __init__(self, identity: ProcessIdentity) -> None:
         self.identity = identity
         self._fd: int | None = None
+        self._stat: int | None = None
         self._poll: select.poll | None = None
         self._watch: asyncio.AbstractEventLoop | None = None
         try:
             fd = os.pidfd_open(identity.pid)
         except (AttributeError, OSError):
             return
-        # Checked after the pidfd exists: had the pid been reused before, the create time
-        # would not match, so a pidfd kept here is the guardian's own.
+        try:
+            # Its state (stopped or not) is one pread of this descriptor, about 7 us: it
+            # refers to this very process too, and reads fail once the process is gone.
+            stat: int | None = os.open(f"/proc/{identity.pid}/stat", os.O_RDONLY)
+        except OSError:
+            stat = None
+        # Checked after both exist: had the pid been reused before, the create time would
+        # not match, so descriptors kept here are the guardian's own.
         if not identity.alive():
             os.close(fd)
+            if stat is not None:
+                os.close(stat)
             return
         self._fd = fd
+        self._stat = stat
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
 
@@ -91,6 +105,16 @@ class Liveness:
         if self._poll is None:
             return self.identity.alive()
         return not self._poll.poll(0)
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP, Ctrl-Z): alive, but nothing sent to it
+        would be answered before it is continued."""
+        if self._stat is None:
+            return is_stopped(self.identity.pid)
+        try:
+            return stat_state(os.pread(self._stat, 512, 0)) == "T"
+        except OSError:
+            return False  # gone: alive() says so
 
     def on_exit(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, from ``loop``, when the process ends (nothing without a
@@ -115,6 +139,9 @@ class Liveness:
             os.close(self._fd)
             self._fd = None
             self._poll = None
+        if self._stat is not None:
+            os.close(self._stat)
+            self._stat = None
 
 
 @dataclass
@@ -159,28 +186,69 @@ class GuardianHandle:
         if self.liveness is not None:
             self.liveness.close()
 
-    def require(self, capability: Capability | None) -> None:
-        """Refuse, before sending anything, a call this guardian cannot serve (R8)."""
+    def stopped(self) -> bool:
+        """This guardian is stopped (SIGSTOP, Ctrl-Z): whatever is sent would wait out its
+        deadline unanswered."""
+        if self.liveness is None:
+            self.liveness = Liveness(self.identity)
+        return self.liveness.stopped()
+
+    @property
+    def workspace_root(self) -> str:
+        return str(self.info.get("workspace_root") or self.paths.runtime)
+
+    def require(self, capability: Capability | None, why: str = "", advice: str = "",
+                **data: Any) -> None:
+        """Refuse, before sending anything, a call this guardian cannot serve (R8). ``why``
+        says what of the call needs ``capability`` when the method alone does not, and
+        ``advice`` what the caller can do short of an upgrade."""
         if capability is None or str(capability) in self.capabilities:
             return
         since = minor_introducing(capability)
+        upgrade = f"`{restart_for(self.info, self.workspace_root)}`"
         raise TetherError(
             ErrorCode.CAPABILITY_MISSING,
-            f"the guardian for this workspace speaks protocol {self.version}, which lacks "
-            f"'{capability}' (added in protocol {since}). Nothing was sent. To upgrade, run "
-            "`tether guardians restart --workspace <root>`: it stops the old guardian, which "
-            "ends its running terminals (their records stay readable).",
+            f"{why}The guardian for this workspace speaks protocol {self.version}, which lacks "
+            f"'{capability}' (added in protocol {since}). Nothing was sent. {advice}"
+            f"To upgrade, run {upgrade}: it stops the old guardian, which ends its running "
+            "terminals (their records stay readable).",
             {
                 "capability": str(capability),
                 "guardian_protocol": str(self.version),
                 "input_sent": False,
                 "operator_action_required": True,
+                **data,
             },
         )
 
+    def admit(self, method: str, params: dict[str, Any]) -> None:
+        """Every refusal due before ``method`` is sent: a capability the method or its params
+        need (R8), and a guardian that is stopped (it could not answer)."""
+        self.require(METHODS[method][1])
+        self.require(params_capability(method, params),
+                     "A detection page, or a recognizer's event, is a recognition verdict. ")
+        text = params.get("text") if method in _TYPES_TEXT else None
+        if isinstance(text, str) and Capability.LINE_LIMITS not in self.capabilities and (
+                found := long_line(text)) is not None:
+            # Without line_limits the guardian cannot say whether the program reads whole
+            # lines, where the kernel would cut this one silently: refused here, whatever
+            # the terminal's mode (a shorter line goes through as before).
+            line, size = found
+            self.require(
+                Capability.LINE_LIMITS,
+                f"Line {line} of the text is {size} bytes in UTF-8. A program that reads whole "
+                f"lines (terminal in cooked mode) takes at most {MAX_CANONICAL_LINE_BYTES} "
+                "bytes a line, and the kernel drops the rest silently; only a guardian with "
+                "'line_limits' can tell whether this terminal reads whole lines. ",
+                f"Send lines of at most {MAX_CANONICAL_LINE_BYTES} bytes (or write the text "
+                "to a file and have the program read it). ",
+                limit=MAX_CANONICAL_LINE_BYTES, size=size, line=line)
+        if self.stopped():
+            raise stopped(self.info, self.workspace_root)
+
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
         """Call ``method``; the reply comes back as its model (``protocol.results.RESULTS``)."""
-        self.require(METHODS[method][1])
+        self.admit(method, params)
         if result_checker_built(method):
             return read_result(method, await self.client.call(method, params, timeout_s=timeout_s))
         # The first reply of this kind: its model's validator is built while the guardian
@@ -260,16 +328,20 @@ class GuardianLocator:
         except TetherError as err:
             if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
                 raise
+            sent = err.data.get("input_sent")
+            if (err.code == ErrorCode.GUARDIAN_UNAVAILABLE and sent is not False
+                    and handle.alive()):
+                # Sent, not answered, and the very same process is still there: stopped
+                # meanwhile, or overloaded. A new handshake would wait in vain, and nothing is
+                # to be started; whether input arrived is unknown, as the error said.
+                raise unresponsive(handle.paths, handle.info, workspace_root,
+                                   waited_s=timeout_s + REPLY_GRACE_S,
+                                   input_sent=False if method in _READ_ONLY else
+                                   sent if sent is not None else "unknown") from None
             # Retry on the (possibly new) guardian only what cannot deliver input twice:
             # reads, and requests that provably never reached a guardian.
-            if method not in _READ_ONLY and err.data.get("input_sent") is not False:
+            if method not in _READ_ONLY and sent is not False:
                 raise
-            if (err.code == ErrorCode.GUARDIAN_UNAVAILABLE and err.data.get("input_sent") is not False
-                    and handle.alive()):
-                # Sent, not answered, and the very same process is still there: stopped or
-                # overloaded. A new handshake would wait in vain, and nothing is to be started.
-                raise unresponsive(handle.paths, handle.info, workspace_root,
-                                   waited_s=timeout_s + REPLY_GRACE_S) from None
             self.forget(workspace_root)
             handle = await self.handle(workspace_root, thread_id)
             return await handle.call(method, params, timeout_s=timeout_s)
@@ -351,6 +423,10 @@ class GuardianLocator:
         identity = ProcessIdentity.from_dict(info)
         if identity is None or not identity.alive():
             return None
+        where = workspace_root or str(info.get("workspace_root", paths.runtime))
+        if is_stopped(identity.pid):
+            # A handshake would wait out its deadline: say it at once, and start nothing.
+            raise stopped(info, where)
         version = Version(MAJOR, known_minor_versions()[-1].minor)
         client = GuardianClient(
             info["endpoint"], info["auth_token"], version=version,
@@ -371,7 +447,6 @@ class GuardianLocator:
                 # Alive (identity checked) but silent: say so, and start nothing. The wait
                 # stated is the one measured: a stopped guardian never completes the socket's
                 # handshake, so the send gives up (about 2s) before the reply's deadline.
-                where = workspace_root or str(info.get("workspace_root", paths.runtime))
                 raise unresponsive(paths, info, where,
                                    waited_s=round(time.monotonic() - asked, 1)) from None
             return None
@@ -390,7 +465,7 @@ class GuardianLocator:
                 ErrorCode.PROTOCOL_MISMATCH,
                 f"the guardian at {info['endpoint']} speaks protocol {chosen}; this front-end "
                 f"speaks {MAJOR}.0-{version}. Restart it with this version of Tether "
-                "(`tether guardians restart --workspace <root>`).",
+                f"(`{restart_for(info, where)}`).",
                 {"client_range": [f"{MAJOR}.0", str(version)], "guardian_version": str(chosen),
                  "operator_action_required": True, "input_sent": False},
             )

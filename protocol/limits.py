@@ -8,6 +8,8 @@ four cannot drift apart.
 
 from __future__ import annotations
 
+import re
+
 # -- ids -------------------------------------------------------------------------------------
 
 #: Thread, execution and attach ids (and the ids a client may name them by).
@@ -135,3 +137,21 @@ def argv_bytes(argv: list[str]) -> int:
     """The size of an argv as ``MAX_ARGV_BYTES`` counts it: each argument's UTF-8 bytes plus
     one for the NUL that ends it, the way execve(2) counts arguments against its limits."""
     return sum(len(arg.encode()) + 1 for arg in argv)
+
+
+#: What ends a line for a program that reads whole lines: LF, and CR (``ICRNL``, on by
+#: default, turns it into LF; submit's Enter is a CR).
+_LINE_END = re.compile("[\r\n]")
+
+
+def long_line(text: str) -> tuple[int, int] | None:
+    """``(line number, UTF-8 bytes)`` of the first line of ``text`` longer than
+    ``MAX_CANONICAL_LINE_BYTES``, or None. Every line counts, the last one too (its Enter
+    may come with this text or later)."""
+    if len(text) * 4 <= MAX_CANONICAL_LINE_BYTES:
+        return None  # too short to hold such a line (4 bytes a character at most)
+    for number, line in enumerate(_LINE_END.split(text), start=1):
+        size = len(line.encode())
+        if size > MAX_CANONICAL_LINE_BYTES:
+            return number, size
+    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -552,6 +552,27 @@ METHODS: dict[str, tuple[type[Params], Capability | None]] = {
     "agent.notifications": (AgentNotificationsParams, Capability.AGENT_LIFECYCLE),
     "exec.ancestor": (ExecAncestorParams, Capability.AGENT_LIFECYCLE),
 }
+
+#: ``exec.wait`` events that come from a recognizer's verdict, not from the record.
+RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
+
+
+def params_capability(method: str, params: Mapping[str, Any]) -> Capability | None:
+    """The capability that what ``params`` ask for needs beyond ``method``'s own (R8): a
+    ``detection`` page, and a recognizer's events, are a recognition verdict (1.2), which a
+    guardian that lacks ``recognition`` must not hand out under an older method's name.
+    ``params`` are the wire map, well-formed (validated, or about to be by the guardian)."""
+    if method == "exec.read":
+        needs = params.get("source") == "detection"
+    elif method == "exec.observe":
+        needs = any(isinstance(item, Mapping) and item.get("source") == "detection"
+                    for item in params.get("items") or ())
+    elif method == "exec.wait":
+        needs = not RECOGNIZER_EVENTS.isdisjoint(params.get("events") or ())
+    else:
+        return None
+    return Capability.RECOGNITION if needs else None
+
 
 #: Methods that may be sent without naming a guardian instance: they have no side effects
 #: on terminals, so a replay to a restarted guardian (R9) cannot deliver input.

@@ -947,3 +947,39 @@ def peek_thread(path: Path, thread_id: str) -> dict[str, Any] | None:
         return thread
     finally:
         db.close()
+
+
+def peek_execution(path: Path, execution_id: str) -> dict[str, Any] | None:
+    """An execution's record with its thread, prompt receipts, and agent and person events,
+    read straight from a catalog file, read-only, without a guardian: what ``tether show``
+    tells about a record whose guardian is gone. ``None`` when there is no catalog or no
+    such record; an unreadable catalog raises ``sqlite3.Error``."""
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+    try:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM executions WHERE execution_id = ?",
+                         (execution_id,)).fetchone()
+        if row is None:
+            return None
+        thread = db.execute("SELECT * FROM threads WHERE thread_id = ?",
+                            (row["thread_id"],)).fetchone()
+        found: dict[str, Any] = {
+            "execution": _decode_row(row), "thread": None if thread is None else dict(thread),
+            "receipts": [json.loads(r[0]) for r in db.execute(
+                "SELECT receipt FROM receipts WHERE execution_id = ? ORDER BY created_unix_ms",
+                (execution_id,))],
+            "person_events": [dict(r) for r in db.execute(
+                "SELECT seq, kind, attach_id, at_unix_ms FROM person_events"
+                " WHERE execution_id = ? ORDER BY seq", (execution_id,))],
+        }
+        try:
+            found["agent_events"] = [dict(r) for r in db.execute(
+                "SELECT * FROM agent_events WHERE execution_id = ? ORDER BY rowid",
+                (execution_id,))]
+        except sqlite3.OperationalError:  # a catalog written before managed agents
+            found["agent_events"] = []
+        return found
+    finally:
+        db.close()

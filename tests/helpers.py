@@ -126,6 +126,14 @@ def tether_processes(runtime_dir: Path, marker: str) -> list[psutil.Process]:
     return found
 
 
+def sigstop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped: the signal takes effect when the process
+    is next scheduled, not when kill(2) returns, so a call sent at once may still be read."""
+    os.kill(pid, signal.SIGSTOP)
+    poll(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED,
+         what=f"pid {pid} to be stopped")
+
+
 def start_guardian(workspace: Path, config: Config, protocol: str | None = None) -> dict[str, Any]:
     """A real guardian started by hand (as an older installation would have left it);
     returns its guardian.json once a new instance has announced itself."""

@@ -37,6 +37,7 @@ from tether.frontend.person.connect import (
     run_cli,
     workspace_arg,
 )
+from tether.frontend.person.offline import OnDisk
 from tether.frontend.person.term import Progress, visible, width
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_STREAM_BYTES, MAX_TEXT_BYTES, RPC_SLACK_S
@@ -143,7 +144,7 @@ def paint(screen: dict[str, Any], person: Size, status: str) -> bytes:
 class Attach:
     """One attach session: paint, mirror, forward keys (``--write``), detach."""
 
-    def __init__(self, entry: Found, execution_id: str, *, write: bool, detach_key: int,
+    def __init__(self, entry: Found | OnDisk, execution_id: str, *, write: bool, detach_key: int,
                  in_fd: int, out_fd: int) -> None:
         self.entry = entry
         self.execution_id = execution_id
@@ -355,7 +356,9 @@ class Attach:
                 failure = task.exception()
                 if failure is not None:
                     self.failure = failure
-                    raise failure
+                    if not self.guardian_lost():
+                        raise failure
+                    return EXIT_UNKNOWN  # the program's end, if any, was not seen
             if tasks[0] in done and not self.typed.empty():
                 # The program ended: what the person typed just before can still be sent.
                 with contextlib.suppress(TetherError):
@@ -370,6 +373,13 @@ class Attach:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.in_fd)
         return self.exit_status()
+
+    def guardian_lost(self) -> bool:
+        """Whether watching stopped because the guardian holding the program has ended (and
+        the program's terminal with it), rather than because something failed."""
+        return (isinstance(self.failure, TetherError)
+                and self.failure.code == ErrorCode.GUARDIAN_UNAVAILABLE
+                and isinstance(self.entry, Found) and self.entry.gone())
 
     def exit_status(self) -> int:
         """The program's exit code once it has ended; EXIT_DETACHED when the person
@@ -456,9 +466,11 @@ def main(argv: list[str] | None = None) -> int:
 
     async def body() -> int:
         require_terminals(in_fd, out_fd, args.execution_id)
-        async with guardians(Config.from_env(), args.workspace) as found:
+        config = Config.from_env()
+        async with guardians(config, args.workspace) as found:
             with Progress(f"looking for {args.execution_id}"):
-                entry, described = await find_execution(found, args.execution_id)
+                entry, described = await find_execution(
+                    found, args.execution_id, config=config, workspace=args.workspace)
             if args.write and not described["live"]:
                 raise TetherError(ErrorCode.NOT_RUNNING,
                                   f"{args.execution_id} is {described['execution']['status']}; "

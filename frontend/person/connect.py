@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether.frontend.guardians import GuardianHandle, GuardianLocator
-from tether.frontend.health import measured
+from tether.frontend.health import measured, restart_for, stopped
+from tether.frontend.person.offline import OnDisk, find_on_disk
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
 from tether.protocol.results import Result
-from tether.protocol.versions import Capability
+from tether.protocol.versions import Capability, minor_introducing
 from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -63,7 +64,8 @@ class Found:
 
     async def watch(self, interval_s: float = 0.5) -> None:
         """Return never; raise ``guardian_unavailable`` as soon as the guardian process is
-        gone (a long poll would otherwise only notice when its deadline passes)."""
+        gone, and ``guardian_unresponsive`` as soon as it is stopped (a long poll would
+        otherwise only notice when its deadline passes)."""
         ident = ProcessIdentity.from_dict(self.info)
         while True:
             await asyncio.sleep(interval_s)
@@ -71,9 +73,16 @@ class Found:
                 raise TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
                                   f"the guardian of {self.workspace} (pid {self.info.get('pid')}) "
                                   "has exited")
+            if self.handle is not None and self.handle.stopped():
+                raise stopped(self.info, self.workspace)
+
+    def gone(self) -> bool:
+        """Whether the guardian behind this entry has ended (its terminals with it)."""
+        ident = ProcessIdentity.from_dict(self.info)
+        return ident is None or not ident.alive()
 
 
-async def watched(entry: Found, work: Awaitable[T]) -> T:
+async def watched(entry: Found | OnDisk, work: Awaitable[T]) -> T:
     """``work``, failing fast when the guardian behind ``entry`` dies meanwhile."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(entry.watch())
@@ -154,17 +163,20 @@ async def guardians(config: Config, workspace: str | None = None, *,
     finally:
         for entry in found:
             if entry.handle is not None:
-                entry.handle.client.close()
+                entry.handle.close()
 
 
-async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, dict[str, Any]]:
-    """The guardian holding ``execution_id`` and its ``exec.describe``.
+async def find_execution(found: list[Found], execution_id: str, *, config: Config,
+                         workspace: str | None = None) -> tuple[Found | OnDisk, dict[str, Any]]:
+    """The guardian holding ``execution_id`` and its ``exec.describe``; or, when no running
+    guardian holds it, the record on disk of a guardian that is gone (``OnDisk``).
 
-    When no guardian that answered holds it, and a live guardian could not be asked (stopped,
-    hung), the error is that guardian's (``guardian_unresponsive``, with how to resume it):
-    ``not_found`` would be a guess, since the execution may well be in the one that is silent.
+    When it is in neither, and a live guardian could not be asked (stopped, hung), the error
+    is that guardian's (``guardian_unresponsive``, with how to resume it); when a guardian too
+    old to be looked into (no ``person_view``) may hold it, ``capability_missing`` with how to
+    upgrade it. ``not_found`` only when every guardian was asked and no catalog has it.
     """
-    missing: list[str] = []
+    too_old: list[Found] = []
     unasked: list[TetherError] = []
     silent = (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.GUARDIAN_UNRESPONSIVE)
     for entry in found:
@@ -175,7 +187,7 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
                 unasked.append(entry.error)
             continue
         if Capability.PERSON_VIEW not in entry.handle.capabilities:
-            missing.append(f"{entry.workspace} (protocol {entry.handle.version})")
+            too_old.append(entry)
             continue
         try:
             return entry, await entry.call("exec.describe", {"execution_id": execution_id})
@@ -184,18 +196,42 @@ async def find_execution(found: list[Found], execution_id: str) -> tuple[Found, 
                 unasked.append(err)  # silent meanwhile: another guardian may still hold it
             elif err.code != ErrorCode.NOT_FOUND:
                 raise
-    hint = ""
-    if missing:
-        hint = (f"; guardians too old to look into (no person_view): {', '.join(missing)} — "
-                "`tether guardians restart --workspace <root>` upgrades one (ending its terminals)")
+    # A guardian that is gone left its catalog and journals: read the record from there.
+    running = {entry.paths.key for entry in found if entry.alive}
+    on_disk = await asyncio.to_thread(find_on_disk, config, execution_id, skip=running,
+                                      workspace=canonical_workspace(workspace) if workspace
+                                      else None)
+    if on_disk is not None:
+        return on_disk, await on_disk.call("exec.describe", {"execution_id": execution_id})
     if unasked:
         first = unasked[0]
         more = f" ({len(unasked) - 1} more guardians did not answer either)" if unasked[1:] else ""
         raise TetherError(first.code, f"no guardian that answered holds execution "
-                          f"{execution_id!r}{hint}, and one that may hold it did not answer: "
+                          f"{execution_id!r}, and one that may hold it did not answer: "
                           f"{first.message}{more}", first.data)
+    if too_old:
+        raise too_old_error(too_old, execution_id)
     raise TetherError(ErrorCode.NOT_FOUND,
-                      f"no running guardian holds execution {execution_id!r}{hint}")
+                      f"no guardian holds execution {execution_id!r}, and no catalog on disk "
+                      "has it (it may have been pruned)")
+
+
+def too_old_error(too_old: list[Found], execution_id: str) -> TetherError:
+    """``capability_missing`` for guardians that may hold ``execution_id`` but lack
+    ``person_view``: nothing can be read from them until they are upgraded."""
+    versions = [str(entry.handle.version) if entry.handle else "?" for entry in too_old]
+    names = "; ".join(f"{entry.workspace} (protocol {version}): `{restart_for(entry.info)}`"
+                      for entry, version in zip(too_old, versions, strict=True))
+    capability = Capability.PERSON_VIEW
+    return TetherError(
+        ErrorCode.CAPABILITY_MISSING,
+        f"no guardian that can be looked into holds execution {execution_id!r}, and "
+        f"{'a guardian' if len(too_old) == 1 else 'guardians'} too old to be looked into "
+        f"(no '{capability}', added in protocol {minor_introducing(capability)}) may hold it: "
+        f"{names}. Restarting a guardian upgrades it; it ends its running terminals (their "
+        "records stay readable).",
+        {"capability": str(capability), "guardian_protocol": versions[0], "input_sent": False,
+         "operator_action_required": True})
 
 
 def run_cli(prog: str, body: Callable[[], Any]) -> int:

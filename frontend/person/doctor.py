@@ -22,13 +22,13 @@ from typing import Any
 import psutil
 
 from tether.frontend.guardians import GuardianLocator
-from tether.frontend.health import measured
+from tether.frontend.health import measured, restart_for
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
 from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
-from tether.protocol.versions import known_minor_versions
+from tether.protocol.versions import capabilities_for, known_minor_versions
 from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -149,7 +149,7 @@ class Doctor:
             return
         workspace = info.get("workspace_root", "?")
         ident = ProcessIdentity.from_dict(info)
-        restart = f"tether guardians restart --workspace {workspace} --yes"
+        restart = restart_for(info)
         if ident is None or not ident.alive():
             fix = restart if os.path.isdir(str(workspace)) else f"rm {path}"
             self.add("action", f"stale {path}: guardian pid {info.get('pid')} of {workspace} is "
@@ -176,8 +176,9 @@ class Doctor:
             # that does not answer is replaced: restart stops it by identity, SIGTERM first.
             fix = (f"kill -CONT {info.get('pid')}  # then, if it stays unresponsive: {restart}"
                    if stopped else restart)
-            self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but its "
-                     f"handshake failed: {message}", fix)
+            what = ": " if stopped else " is alive but its handshake failed: "
+            self.add("action", f"guardian pid {info.get('pid')} of {workspace}{what}{message}",
+                     fix)
             return
         if handle is None:
             self.add("action", f"guardian pid {info.get('pid')} of {workspace} is alive but does "
@@ -186,17 +187,21 @@ class Doctor:
         handle.client.close()
         latest = known_minor_versions()[-1]
         caps = ", ".join(sorted(handle.capabilities))
+        lacks = sorted(str(c) for c in capabilities_for(latest) - capabilities_for(handle.version))
         if handle.version < latest:
-            self.add("warn", f"guardian of {workspace} (pid {info.get('pid')}) speaks protocol "
-                     f"{handle.version}, older than {latest}: some features answer "
-                     f"capability_missing (it has: {caps})",
-                     f"{restart}  # ends its running terminals; records stay")
+            # Not merely a warning: what it lacks is refused (capability_missing), and only a
+            # restart gives it (R8). Guardians outlive upgrades, so this is the place to say it.
+            self.add("action", f"guardian of {workspace} (pid {info.get('pid')}) speaks protocol "
+                     f"{handle.version}, older than this Tether's {latest}: it lacks "
+                     f"{', '.join(lacks)}, so calls that need them are refused "
+                     "(capability_missing) until it is restarted",
+                     f"{restart}  # ends its running terminals; their records stay readable")
         else:
             self.add("ok", f"guardian of {workspace}: pid {info.get('pid')}, alive, protocol "
                      f"{handle.version}, capabilities {caps}")
-        self._sizes(paths, str(workspace))
+        self._sizes(paths, str(workspace), restart)
 
-    def _sizes(self, paths: GuardianPaths, workspace: str) -> None:
+    def _sizes(self, paths: GuardianPaths, workspace: str, restart: str) -> None:
         """Catalog and journals on disk against the retention limits (R17)."""
         catalog_bytes = sum(p.stat().st_size for p in paths.state.glob("catalog.sqlite3*"))
         known: set[str] = set()
@@ -214,7 +219,7 @@ class Doctor:
                 db.close()
         except sqlite3.Error as exc:
             self.add("action", f"catalog {paths.catalog} cannot be read: {exc}",
-                     f"tether guardians restart --workspace {workspace} --yes")
+                     restart)
             return
         journal_bytes, per_execution, orphans = 0, dict[str, int](), 0
         for seg in paths.journals.glob("*.seg"):
@@ -235,7 +240,7 @@ class Doctor:
         if big:
             self.add("warn", f"{len(big)} journals hold more than the 1 MiB retained per "
                      "execution (plus one segment being written)",
-                     f"tether guardians restart --workspace {workspace} --yes")
+                     restart)
         if over_records:
             self.add("warn", f"threads over {THREAD_MAX_RECORDS} records: {', '.join(over_records)}",
                      "retention prunes them on the next listing (tether ls)")

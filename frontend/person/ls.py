@@ -19,6 +19,9 @@ from tether.protocol.limits import MAX_WORKSPACE_LIST
 from tether.shared.config import Config
 
 DEFAULT_LIMIT = 20
+#: Exit status when some guardian could not be looked into (gone, stopped, too old): the
+#: rest is listed all the same, and each such guardian's line says why and what to do.
+EXIT_INCOMPLETE = 1
 
 
 def age(ms: float | None, now_ms: float) -> str:
@@ -127,7 +130,9 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="tether ls", description="List guardians, their threads and executions.")
+        prog="tether ls", description="List guardians, their threads and executions. Exit "
+        f"status {EXIT_INCOMPLETE} when some guardian could not be looked into (gone, stopped, "
+        "too old); its line says why and what to do.")
     parser.add_argument("--workspace", type=workspace_arg, help="only this workspace's guardian")
     parser.add_argument("--all", action="store_true",
                         help=f"every retained record (up to {MAX_WORKSPACE_LIST} per guardian), "
@@ -146,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             # Cut long commands to the terminal's width; into a pipe, keep them whole.
             cols = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100_000
             print(render(items, time.time() * 1000, cols))
-        return 0
+        # What it could not look into is said above; the status says it too, for scripts.
+        return EXIT_INCOMPLETE if any("error" in item for item in items) else 0
 
     return run_cli("tether ls", body)

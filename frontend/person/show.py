@@ -48,7 +48,10 @@ def render(data: dict[str, Any], now_ms: float) -> str:
             out.append(f"{key}: {json.dumps(value, sort_keys=True)}")  # JSON escapes controls
         else:
             out.append(f"{_text(key)}: {_text(value)}")
-    out.append(f"live runtime in this guardian: {'yes' if data['live'] else 'no'}")
+    if data.get("from_disk"):
+        out.append(f"guardian: none running; {_text(data['from_disk']['note'])}")
+    else:
+        out.append(f"live runtime in this guardian: {'yes' if data['live'] else 'no'}")
     decision = data.get("recognition")
     if decision:
         out.append(f"recognition: {_text(decision.get('state'))} by "
@@ -90,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     async def body() -> int:
+        config = Config.from_env()
         with Progress(f"looking for {args.execution_id}"):
-            async with guardians(Config.from_env(), args.workspace) as found:
-                entry, data = await find_execution(found, args.execution_id)
+            async with guardians(config, args.workspace) as found:
+                entry, data = await find_execution(found, args.execution_id, config=config,
+                                                   workspace=args.workspace)
         data["guardian"] = {"workspace_root": entry.workspace,
                             "instance_id": entry.info.get("instance_id")}
         print(json.dumps(data, indent=2, default=str) if args.json

@@ -140,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     async def body() -> int:
         out = Output(sys.stdout.fileno(), plain=not os.isatty(sys.stdout.fileno()))
         sys.stdout.flush()
-        async with guardians(Config.from_env(), args.workspace) as found:
+        config = Config.from_env()
+        async with guardians(config, args.workspace) as found:
             with Progress(f"looking for {args.execution_id}"):
-                entry, _ = await find_execution(found, args.execution_id)
+                entry, _ = await find_execution(
+                    found, args.execution_id, config=config, workspace=args.workspace)
             try:
                 final = await watched(entry, tail(entry, args.execution_id, follow=args.follow,
                                                   last_bytes=args.bytes, out=out))

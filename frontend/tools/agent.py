@@ -122,6 +122,9 @@ class AgentTool(Tool):
             return results.ok(data, results.json_text(data["recognition"]))
         timeout_ms = int(args.timeout_seconds * 1000)
         if args.action == "wait" and args.prompt_id is None:
+            # Its answer carries a recognition verdict: a guardian without one is refused
+            # now, not after the whole wait (exec.wait alone is 1.1).
+            (await session.locator.handle(root, args.thread_id)).require(Capability.RECOGNITION)
             data = await call(root, "exec.wait", {
                 **scope, "execution_ids": [target], "after": wire_cursor(args.after), "events": args.events,
                 "timeout_ms": timeout_ms}, timeout_s=args.timeout_seconds + RPC_SLACK_S)

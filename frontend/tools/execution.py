@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import mcp_types as types
 
 from tether.frontend import results
@@ -17,8 +19,9 @@ from tether.frontend.schemas import (
     wire_cursor,
 )
 from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
-from tether.protocol.errors import ErrorCode
+from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS, RPC_SLACK_S
+from tether.protocol.methods import params_capability
 from tether.protocol.results import (
     ExplainResult,
     GetResult,
@@ -79,13 +82,21 @@ class ExecutionTool(Tool):
             return results.ok(page.wire(), page.text or "(empty page)")
         if isinstance(action, ObserveAction):
             timeout_ms = int(action.timeout_seconds * 1000)
+            items = action.model_dump(include={"items"})["items"]  # one pass
+            refused = await _refused_items(session, root, args.thread_id, items)
             observed: ObserveResult = await call(
                 root, "exec.observe",
-                {**scope, "items": action.model_dump(include={"items"})["items"],  # one pass
+                {**scope, "items": [item for i, item in enumerate(items) if i not in refused]
+                 or items,  # all refused: the call is, as a whole (capability_missing)
                  "timeout_ms": timeout_ms},
                 timeout_s=(timeout_ms / 1000 or 0.25) + RPC_SLACK_S,
             )
             data = observed.wire()
+            if refused:
+                answered = iter(data["items"])
+                data["items"] = [refused[i] if i in refused else next(answered)
+                                 for i in range(len(items))]
+                data["completed_with_issues"] = True
             if data.pop("completed_with_issues", False):
                 return results.issues(
                     data, ErrorCode.EXECUTION_OBSERVATION_ISSUES.value,
@@ -114,6 +125,26 @@ class ExecutionTool(Tool):
                 f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
                 "again with after = data.cursor to miss nothing meanwhile")
         return results.ok(waited.wire(), text)
+
+
+async def _refused_items(session: Session, root: str, thread_id: str,
+                         items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The observe items this guardian lacks the capability for (a detection page without
+    ``recognition``), by position, each answered as a failed item (``capability_missing``,
+    nothing asked): the other items are still observed, as with any item that fails."""
+    refused: dict[int, dict[str, Any]] = {}
+    if params_capability("exec.observe", {"items": items}) is None:
+        return refused  # nothing asked needs more than observe
+    handle = await session.locator.handle(root, thread_id)
+    for index, item in enumerate(items):
+        try:
+            handle.require(params_capability("exec.read", item),
+                           "A detection page is a recognition verdict. ")
+        except TetherError as err:
+            refused[index] = {"errors": [{"stage": "capability", "code": err.code.value,
+                                          "message": err.message, **err.data}],
+                              "execution": None, "status": "error"}
+    return refused
 
 
 def _observe_text(observed: ObserveResult) -> str:

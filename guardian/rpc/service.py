@@ -38,6 +38,7 @@ from tether.protocol.methods import (
     ResetShellParams,
     ShutdownParams,
     ThreadOpenParams,
+    params_capability,
     validation_error,
 )
 from tether.protocol.results import (
@@ -232,16 +233,7 @@ class GuardianService:
         if entry is None:
             raise TetherError(ErrorCode.UNKNOWN_METHOD, f"unknown method {request.method!r}")
         model, capability = entry
-        if capability is not None and capability not in self.capabilities:
-            raise TetherError(
-                ErrorCode.CAPABILITY_MISSING,
-                f"this guardian speaks protocol {self.version}, which has no {capability}",
-                {
-                    "capability": str(capability),
-                    "guardian_protocol": str(self.version),
-                    "input_sent": False,
-                },
-            )
+        self._require(capability)
         if request.method not in INSTANCE_OPTIONAL and request.guardian_instance_id != self.instance_id:
             raise TetherError(
                 ErrorCode.WRONG_GUARDIAN,
@@ -256,9 +248,25 @@ class GuardianService:
                 {"input_sent": False},
             )
         try:
-            return model.model_validate(request.params)
+            params = model.model_validate(request.params)
         except ValidationError as exc:
             raise validation_error(exc, "params", request.params) from None
+        # What the params ask for may need more than the method (a detection page): an
+        # older version is honoured exactly, not answered with what it does not advertise.
+        self._require(params_capability(request.method, request.params))
+        return params
+
+    def _require(self, capability: Capability | None) -> None:
+        if capability is not None and capability not in self.capabilities:
+            raise TetherError(
+                ErrorCode.CAPABILITY_MISSING,
+                f"this guardian speaks protocol {self.version}, which has no {capability}",
+                {
+                    "capability": str(capability),
+                    "guardian_protocol": str(self.version),
+                    "input_sent": False,
+                },
+            )
 
     def _remaining_s(self, request: Request) -> float:
         return max(0.0, request.deadline_unix_ms / 1000 - self.clock.now_ms() / 1000 - REPLY_MARGIN_S)

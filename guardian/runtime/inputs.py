@@ -7,7 +7,6 @@ so a slow or gone terminal is reported the same way whatever was being typed.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -15,7 +14,7 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.keys import keys_bytes
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, MAX_TEXT_BYTES
+from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, MAX_TEXT_BYTES, long_line
 from tether.protocol.methods import ExecInputParams
 
 
@@ -64,9 +63,6 @@ def _count(screen: str, text: str | None) -> int:
 
 #: Terminal modes in which the program reads whole lines (``ICANON`` on).
 _LINE_MODES = frozenset({"cooked", "cooked_no_echo"})
-#: What ends a line in canonical mode: LF, and CR (ICRNL, on by default, turns it into LF;
-#: submit's Enter is a CR).
-_LINE_END = re.compile("[\r\n]")
 
 
 def refuse_long_line(text: str, mode: str | None) -> None:
@@ -75,21 +71,21 @@ def refuse_long_line(text: str, mode: str | None) -> None:
     holds (MAX_CANONICAL_LINE_BYTES): the kernel would drop the rest of that line silently.
     Every line counts, the last one too (Enter may come with this text or later). Used by
     ``send_text`` and by prompts (agents/receipts)."""
-    if mode not in _LINE_MODES or len(text) * 4 <= MAX_CANONICAL_LINE_BYTES:
-        return  # raw mode, or too short to hold such a line (4 bytes a character at most)
-    for number, line in enumerate(_LINE_END.split(text), start=1):
-        size = len(line.encode())
-        if size > MAX_CANONICAL_LINE_BYTES:
-            raise TetherError(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"line {number} of the text is {size} bytes in UTF-8, and the program reads "
-                f"whole lines (terminal in {mode} mode), which hold at most "
-                f"{MAX_CANONICAL_LINE_BYTES} bytes: the terminal would silently drop the rest "
-                "of the line. Nothing was typed. Write the text to a file and have the program "
-                "read the file, or send lines shorter than that.",
-                {"input_sent": False, "limit": MAX_CANONICAL_LINE_BYTES, "size": size,
-                 "line": number, "terminal_mode": mode},
-            )
+    if mode not in _LINE_MODES:
+        return  # raw mode: keys are read as they come
+    found = long_line(text)
+    if found is not None:
+        number, size = found
+        raise TetherError(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"line {number} of the text is {size} bytes in UTF-8, and the program reads "
+            f"whole lines (terminal in {mode} mode), which hold at most "
+            f"{MAX_CANONICAL_LINE_BYTES} bytes: the terminal would silently drop the rest "
+            "of the line. Nothing was typed. Write the text to a file and have the program "
+            "read the file, or send lines shorter than that.",
+            {"input_sent": False, "limit": MAX_CANONICAL_LINE_BYTES, "size": size,
+             "line": number, "terminal_mode": mode},
+        )
 
 
 def stale_generation(asked: int, current: int) -> TetherError:

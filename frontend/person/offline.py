@@ -1,0 +1,168 @@
+"""An execution whose guardian is gone, read from the files it left (``tether show``,
+``tail`` and ``attach`` after a crash).
+
+A guardian keeps its catalog and output journals on disk, so a record outlives it. When no
+running guardian holds an execution, its record and retained output are read from there,
+read-only: nothing is started, written or reconciled by looking (the next guardian of that
+workspace, or ``tether guardians stop``, marks the record; R12, R13). A record that still
+says ``running`` was left so by a guardian that is gone: nobody saw its end, so it is shown
+the way reconciliation will record it, ``unknown`` (``guardian_lost``), and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.results import DescribeResult, StreamResult
+from tether.shared.catalog import AGENT_COLUMNS, TERMINAL_STATUSES, peek_execution
+from tether.shared.config import Config
+from tether.shared.segments import Segment, scan_segments, window
+
+#: Catalog columns that are not part of the record as clients see it (as a guardian hides
+#: them: guardian/history/records.py).
+_INTERNAL = ("seq", "change_seq")
+_AGENT_ONLY = (*(name for name, _ in AGENT_COLUMNS), "parent_workspace")
+
+
+@dataclass
+class OnDisk:
+    """One execution in the state directory of a guardian that is not running: answers the
+    calls ``show``, ``tail`` and ``attach`` make of a guardian (``Found.call``) from disk."""
+
+    state: Path
+    found: dict[str, Any]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        record = self.found["execution"]
+        self.info = {"workspace_root": record.get("workspace_root"),
+                     "principal": record.get("principal"),
+                     "instance_id": record.get("guardian_instance_id")}
+        self.was = str(record.get("status"))
+        if self.was not in TERMINAL_STATUSES:
+            # Its guardian is gone, so its end was never seen (R13).
+            record.update(status="unknown", exit_code=None, reason="guardian_lost")
+        segments = self._segments()
+        if segments:
+            record["output_start"], record["output_end"] = window(segments)
+
+    @property
+    def workspace(self) -> str:
+        return str(self.info.get("workspace_root") or "?")
+
+    @property
+    def catalog(self) -> Path:
+        return self.state / "catalog.sqlite3"
+
+    def note(self) -> str:
+        """What a person should know about a record read from disk."""
+        if self.was in TERMINAL_STATUSES:
+            return f"read from disk ({self.catalog}): no running guardian holds it"
+        return (f"read from disk ({self.catalog}): no running guardian holds it. The catalog "
+                f"still says {self.was}, but the guardian that ran it is gone, so its end was "
+                "not seen: shown as unknown (guardian_lost), which is what the next guardian of "
+                f"{self.workspace} (or `tether guardians stop --workspace {self.workspace}`) "
+                "records")
+
+    def _segments(self) -> list[Segment]:
+        return scan_segments(self.state / "journals", str(self.found["execution"]["execution_id"]))
+
+    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = 0) -> Any:
+        if method == "exec.describe":
+            return self._describe()
+        if method == "exec.stream":
+            return self._stream(params)
+        raise TetherError(ErrorCode.NOT_RUNNING,
+                          f"{self.found['execution']['execution_id']} is not held by a running "
+                          "guardian; nothing can be typed into it", {"input_sent": False})
+
+    async def watch(self) -> None:
+        """Return never: there is no guardian to lose."""
+        await asyncio.Event().wait()
+
+    def _describe(self) -> dict[str, Any]:
+        record = dict(self.found["execution"])
+        hidden = _INTERNAL if record.get("kind") == "agent" else (*_INTERNAL, *_AGENT_ONLY)
+        view = {k: v for k, v in record.items() if k not in hidden}
+        described = DescribeResult.model_validate({
+            "execution": view, "thread": self.found["thread"], "live": False,
+            "receipts": self.found["receipts"], "agent_events": self.found["agent_events"],
+            "person_events": self.found["person_events"]}).wire()
+        described["from_disk"] = {"catalog": str(self.catalog), "status_in_catalog": self.was,
+                                  "note": self.note()}
+        return dict(described)
+
+    def _stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self.found["execution"]
+        segments = self._segments()
+        start, end = window(segments)
+        figures = {"execution_id": record["execution_id"], "status": record["status"],
+                   "exit_code": record.get("exit_code"), "reason": record.get("reason"),
+                   "live": False, "journal_start": start, "journal_end": end,
+                   "rows": record.get("rows") or 24, "cols": record.get("cols") or 80}
+        if params.get("screen"):
+            screen = {"lines": str(record.get("screen_text") or "").split("\n"),
+                      "cursor_row": None, "cursor_col": None, "rows": figures["rows"],
+                      "cols": figures["cols"], "alternate": False, "title": ""}
+            return StreamResult.model_validate({**figures, "screen": screen, "data": b"",
+                                                "start": end, "end": end, "gap": 0}).wire()
+        asked = params.get("offset")
+        offset = start if asked is None else int(asked)
+        if offset > end:
+            raise TetherError(ErrorCode.INVALID_REQUEST,
+                              f"offset {offset} is past the end of the output ({end})",
+                              {"journal_end": end})
+        gap = max(0, start - offset)
+        offset = max(offset, start)
+        data = read_range(segments, offset, min(end, offset + int(params.get("max_bytes") or 0)))
+        return StreamResult.model_validate({**figures, "data": data, "start": offset,
+                                            "end": offset + len(data), "gap": gap}).wire()
+
+
+def read_range(segments: list[Segment], offset: int, stop: int) -> bytes:
+    """The journal's bytes from absolute ``offset`` up to ``stop``, across its segments."""
+    chunks: list[bytes] = []
+    for seg in segments:
+        seg_end = seg.base + seg.size
+        if seg_end <= offset or seg.base >= stop:
+            continue
+        lo, hi = max(offset, seg.base) - seg.base, min(stop, seg_end) - seg.base
+        try:
+            fd = os.open(seg.path, os.O_RDONLY)
+        except FileNotFoundError:
+            break  # pruned meanwhile: stop here rather than skip bytes silently
+        try:
+            chunk = os.pread(fd, hi - lo, lo)
+        finally:
+            os.close(fd)
+        chunks.append(chunk)
+        if len(chunk) < hi - lo:
+            break
+    return b"".join(chunks)
+
+
+def find_on_disk(config: Config, execution_id: str, *, skip: set[str],
+                 workspace: str | None = None) -> OnDisk | None:
+    """``execution_id`` in the catalog of a guardian that is not running (its state key not
+    in ``skip``, the keys of live guardians), of ``workspace`` only when given; None when no
+    catalog on disk has it."""
+    base = config.state_home / "guardians"
+    if not base.is_dir():
+        return None
+    for state in sorted(p for p in base.iterdir() if p.is_dir() and p.name not in skip):
+        try:
+            found = peek_execution(state / "catalog.sqlite3", execution_id)
+        except sqlite3.Error:
+            continue  # unreadable: `tether doctor` says so
+        if found is None:
+            continue
+        if workspace is not None and found["execution"].get("workspace_root") != workspace:
+            continue
+        return OnDisk(state, found)
+    return None
