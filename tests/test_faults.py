@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import zmq
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import apoll, guardian_thread, poll, start_guardian
+from tests.helpers import apoll, guardian_thread, poll, processes_with_env, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 from tether.protocol import codec
 from tether.protocol.errors import ErrorCode, TetherError
@@ -272,3 +273,28 @@ async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path)
     assert execution_record["status"] == "unknown" and execution_record["exit_code"] is None
     assert execution_record["runtime"]["orphan"]["pid"] == pid
     psutil.Process(pid).kill()
+
+
+async def test_wait_for_turn_on_a_lost_record_says_unknown(client: Client, workspace: Path) -> None:
+    """An end nobody saw is not an exit (R13): wait_for_turn on the record of a guardian that
+    died says ``unknown`` with the record's reason, although the new guardian holds no
+    runtime for it (and the process, which ignores the hangup, still lives)."""
+    session = await initialize(client, workspace)
+    stubborn = await bash(client, session, {"type": "command", "is_background": True,
+                                            "command": "trap '' HUP; sleep 30"})
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    result = await client.call_tool("BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "wait_for_turn", "execution_id": stubborn["execution_id"],
+                        "timeout_seconds": 5}})
+    assert result.structured_content is not None and not result.is_error
+    turn = result.structured_content["data"]
+    assert turn["outcome"] == "unknown"
+    assert (turn["execution"]["status"], turn["execution"]["reason"]) == ("unknown", "guardian_lost")
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("unknown (guardian_lost)") and "exited" not in text
+    for proc in processes_with_env("TETHER_EXECUTION_ID", stubborn["execution_id"]):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

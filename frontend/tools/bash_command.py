@@ -86,8 +86,12 @@ class BashCommandTool(Tool):
                 {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer,
                  "quiet_ms": action.quiet_ms, "timeout_ms": int(action.timeout_seconds * 1000)},
                 timeout_s=action.timeout_seconds + RPC_SLACK_S), progress, action.timeout_seconds)
-            return results.ok(turn.wire(), f"{turn.outcome}: {turn.recognition.state} "
-                                           f"(rule {turn.recognition.rule})")
+            text = f"{turn.outcome}: {turn.recognition.state} (rule {turn.recognition.rule})"
+            if turn.outcome == "unknown":  # an end nobody saw: say why, never "exited"
+                text = (f"unknown ({turn.execution.reason or 'no reason recorded'}): how "
+                        f"execution {turn.execution.execution_id} ended was not observed; "
+                        f"its last screen reads {turn.recognition.state}")
+            return results.ok(turn.wire(), text)
         else:
             assert isinstance(action, ScreenAction)
             screen: ScreenResult = await session.locator.call(
