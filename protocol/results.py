@@ -425,15 +425,30 @@ class ReceiptBaseline(Result):
     at_unix_ms: int | None = None
 
 
+#: ``Receipt.reason`` while a guardian is typing the prompt (stored before the first byte).
+DELIVERY_IN_PROGRESS = "delivery_in_progress"
+#: ``Receipt.reason`` once the guardian that was typing it is gone (``shared/reconcile``).
+DELIVERY_GUARDIAN_LOST = "guardian_lost"
+
+
 class Receipt(Result):
-    """A prompt's receipt (R21, R22): delivered, activity observed, wait reached, kept apart."""
+    """A prompt's receipt (R21, R22): delivered, activity observed, wait reached, kept apart.
+
+    ``delivered`` is ``True`` once the text and Enter were written to the terminal, ``False``
+    when nothing was typed, and ``"unknown"`` when that cannot be said, with ``reason``:
+    :data:`DELIVERY_IN_PROGRESS` (being typed right now), :data:`DELIVERY_GUARDIAN_LOST`
+    (the guardian died before it recorded how the typing ended), or the error code that
+    stopped the typing part-way (``input_incomplete``, ``not_running``, ``interrupted``).
+    """
 
     prompt_id: str
     execution_id: str
     generation: int
-    runtime: ProcessIdentityInfo | None = None
+    runtime: RuntimeInfo | None = None
     recognizer: str | None = None
-    delivered: bool
+    delivered: bool | Literal["unknown"]
+    #: Why ``delivered`` is ``"unknown"`` (absent otherwise).
+    reason: str | None = None
     activity_observed: bool
     wait_reached: bool
     activity_unconfirmable: bool | None = None

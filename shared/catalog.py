@@ -702,6 +702,22 @@ class Catalog:
              self.clock.now_ms()),
         )
 
+    def receipts_containing(self, text: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(execution_id, prompt_id, receipt)`` of each receipt whose stored JSON contains
+        ``text``: a cheap first cut over the whole table, which the caller refines."""
+        rows = self._db.execute(
+            "SELECT execution_id, prompt_id, receipt FROM receipts WHERE instr(receipt, ?) > 0",
+            (text,),
+        ).fetchall()
+        return [(row[0], row[1], json.loads(row[2])) for row in rows]
+
+    def replace_receipt(self, execution_id: str, prompt_id: str, receipt: dict[str, Any]) -> None:
+        """Rewrite a stored receipt, keeping its payload digest, generation and creation time."""
+        self._db.execute(
+            "UPDATE receipts SET receipt = ? WHERE execution_id = ? AND prompt_id = ?",
+            (json.dumps(receipt), execution_id, prompt_id),
+        )
+
     def list_receipts(self, execution_id: str) -> list[dict[str, Any]]:
         rows = self._db.execute(
             "SELECT receipt FROM receipts WHERE execution_id = ? ORDER BY created_unix_ms",

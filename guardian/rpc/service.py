@@ -138,7 +138,7 @@ class GuardianService:
                           notifier=rt.notifier, paths=rt.paths, inspector=inspector)
         turns = Turns(scope=rt.scope, catalog=rt.catalog, live=rt.live, notifier=rt.notifier)
         desk = PromptDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
-                          notifier=rt.notifier, clock=rt.clock)
+                          notifier=rt.notifier, clock=rt.clock, instance_id=instance_id)
         person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
