@@ -11,27 +11,36 @@ from typing import Any
 from tether.protocol.results import DELIVERY_GUARDIAN_LOST, DELIVERY_IN_PROGRESS
 from tether.shared.agent_store import AgentStore
 from tether.shared.catalog import Catalog
-from tether.shared.identity import ProcessIdentity
+from tether.shared.identity import Marked, ProcessIdentity, process_marks
 from tether.shared.segments import journal_figures
+
+#: The environment marks of every process Tether starts (R24).
+THREAD_MARK = "TETHER_THREAD_ID"
+EXECUTION_MARK = "TETHER_EXECUTION_ID"
 
 
 def reconcile_lost(
     catalog: Catalog, journals: Path, *, owner: str | None = None,
     except_owner: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Mark the lost records and receipts; returns ``{execution_id, orphan?,
+    """Mark the lost records and receipts; returns ``{execution_id, orphan?, orphans?,
     receipts_unknown?}`` for each execution concerned (``receipts_unknown``: the prompt ids
     whose delivery became unknown).
 
     A running record's output figures lived in the dead guardian's memory: they are taken
     from the execution's journal files in ``journals`` instead.
 
-    An orphan is a runtime process (same pid, create time and boot) still alive although the
-    guardian that owned its PTY is gone. It is recorded on the record's ``runtime`` so a
-    person can decide what to do with it; Tether does not take it over.
+    An orphan is a process still alive although the guardian that owned its PTY is gone:
+    the runtime process itself (same pid, create time and boot: ``orphan``), and any other
+    process carrying the execution's mark (a background job that ignored the hangup, which
+    outlives the leader it hung up) or, for a command typed into a main shell, its thread's
+    shell mark (``nohup`` or ``setsid`` left the shell's session): ``orphans``. They are
+    recorded on the record's ``runtime`` so a person can decide what to do with them;
+    Tether does not take them over.
     """
     ids = catalog.mark_lost(owner=owner, except_owner=except_owner)
     unfinished = _receipts_lost(catalog, owner=owner, except_owner=except_owner)
+    marks = process_marks((THREAD_MARK, EXECUTION_MARK)) if ids else {}
     agents = AgentStore(catalog)
     report = []
     for execution_id in dict.fromkeys([*ids, *unfinished]):
@@ -47,18 +56,41 @@ def reconcile_lost(
         if figures is not None:
             catalog.update_execution(execution_id, output_start=figures[0],
                                      output_end=figures[1])
-        record = catalog.get_execution(execution_id)
-        runtime = record.get("runtime") if record else None
+        record = catalog.get_execution(execution_id) or {}
+        runtime: dict[str, Any] = record.get("runtime") or {}
         identity = ProcessIdentity.from_dict(runtime)
-        if isinstance(runtime, dict) and identity is not None and identity.alive():
-            orphan = {"pid": identity.pid,
-                      "reason": "outlived_guardian: still running but not adopted"}
-            catalog.update_execution(execution_id, runtime={**runtime, "orphan": orphan})
-            entry["orphan"] = orphan
+        found: dict[str, Any] = {}
+        if identity is not None and identity.alive():
+            found["orphan"] = {"pid": identity.pid,
+                               "reason": "outlived_guardian: still running but not adopted"}
+        marked = [{"pid": pid, "reason": f"outlived_guardian: carries its {mark} mark; still "
+                   "running but not adopted"} for pid, mark in _marked(marks, record)
+                  if identity is None or pid != identity.pid]
+        if marked:
+            found["orphans"] = marked
+        if found:
+            catalog.update_execution(execution_id, runtime={**runtime, **found})
+            entry.update(found)
         if execution_id in unfinished:
             entry["receipts_unknown"] = unfinished[execution_id]
         report.append(entry)
     return report
+
+
+def _marked(marks: dict[int, Marked], record: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(pid, mark)`` of the live processes marked as the record's: with its execution id
+    (every process of its own terminal), or, for a command typed into a main shell, with its
+    thread and no execution (the shell's processes: nothing else of that thread runs once
+    its guardian is gone). Only the topmost: a survivor's children (a loop's ``sleep``)
+    come and go with it."""
+    found: dict[int, str] = {}
+    for pid, process in marks.items():
+        if process.marks.get(EXECUTION_MARK) == record.get("execution_id"):
+            found[pid] = EXECUTION_MARK
+        elif (record.get("kind") == "command" and EXECUTION_MARK not in process.marks
+              and process.marks.get(THREAD_MARK) == record.get("thread_id")):
+            found[pid] = THREAD_MARK
+    return sorted((pid, mark) for pid, mark in found.items() if marks[pid].ppid not in found)
 
 
 def _receipts_lost(

@@ -252,6 +252,19 @@ async def test_recovery_advice_is_recorded(client: Client, workspace: Path) -> N
     assert "claude --resume" in listing
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _kill_all(processes: list[psutil.Process]) -> None:
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
 async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     stubborn = await bash(client, session, {"type": "command", "is_background": True,
@@ -273,6 +286,36 @@ async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path)
     assert execution_record["status"] == "unknown" and execution_record["exit_code"] is None
     assert execution_record["runtime"]["orphan"]["pid"] == pid
     psutil.Process(pid).kill()
+
+
+async def test_a_command_that_outlived_its_guardian_is_reported(
+    client: Client, workspace: Path
+) -> None:
+    """A command of the main shell that left the shell's session (nohup) outlives its
+    guardian: it is found by its thread's mark and reported on the lost record."""
+    session = await initialize(client, workspace)
+    survivor = "while :; do sleep 0.1; done"
+    ran = await run(client, session, f"nohup sh -c '{survivor}' >/dev/null 2>&1", wait=0.3)
+    assert ran["status"] == "running"
+
+    def loops() -> list[psutil.Process]:
+        return [p for p in processes_with_env("TETHER_THREAD_ID", session["thread_id"])
+                if survivor in " ".join(p.cmdline())]
+
+    [loop] = await apoll(loops, what="the nohup loop")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    try:
+        again = await initialize(client, workspace, session["thread_id"])
+        lost = {e["execution_id"]: e for e in again["guardian"]["lost_records"]}
+        assert loop.pid in [o["pid"] for o in lost[ran["execution_id"]]["orphans"]]
+        record = (await execution(client, again, {"type": "get", "execution_id":
+                                                  ran["execution_id"]}))["data"]["execution"]
+        assert loop.pid in [o["pid"] for o in record["runtime"]["orphans"]]
+        assert "TETHER_THREAD_ID" in record["runtime"]["orphans"][0]["reason"]
+    finally:
+        _kill_all(loops())
 
 
 async def test_wait_for_turn_on_a_lost_record_says_unknown(client: Client, workspace: Path) -> None:
