@@ -266,26 +266,83 @@ def _kill_all(processes: list[psutil.Process]) -> None:
 
 
 async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path) -> None:
+    """A background job that ignores the hangup outlives its guardian, and the leader that
+    hung it up (pty._JOB_WRAPPER): it is found by its execution mark and reported."""
     session = await initialize(client, workspace)
     stubborn = await bash(client, session, {"type": "command", "is_background": True,
                                             "command": "trap '' HUP; exec sleep 60"})
-    record = (await execution(client, session, {"type": "get",
-                                                "execution_id": stubborn["execution_id"]}))
-    pid = record["data"]["execution"]["runtime"]["pid"]
+    eid = stubborn["execution_id"]
+    record = (await execution(client, session, {"type": "get", "execution_id": eid}))
+    leader = record["data"]["execution"]["runtime"]["pid"]
+    job = (await apoll(lambda: [p.pid for p in processes_with_env("TETHER_EXECUTION_ID", eid)
+                                if p.pid != leader and p.name() == "sleep"], what="the job"))[0]
     guardian = psutil.Process(session["guardian"]["pid"])
     guardian.kill()
     guardian.wait(timeout=10)
-    assert psutil.pid_exists(pid)  # it ignores the hangup and outlives its guardian
+    await apoll(lambda: _gone(leader), what="the job's leader to end at the hangup")
+    assert psutil.pid_exists(job) and not _gone(job)  # it ignores the hangup
     again = await initialize(client, workspace, session["thread_id"])
     lost = {entry["execution_id"]: entry for entry in again["guardian"]["lost_records"]}
-    orphan = lost[stubborn["execution_id"]]["orphan"]
-    assert orphan["pid"] == pid and "not adopted" in orphan["reason"]
-    after = (await execution(client, again, {"type": "get",
-                                             "execution_id": stubborn["execution_id"]}))
+    assert [o["pid"] for o in lost[eid]["orphans"]] == [job] and "orphan" not in lost[eid]
+    assert "not adopted" in lost[eid]["orphans"][0]["reason"]
+    after = (await execution(client, again, {"type": "get", "execution_id": eid}))
     execution_record = after["data"]["execution"]
     assert execution_record["status"] == "unknown" and execution_record["exit_code"] is None
-    assert execution_record["runtime"]["orphan"]["pid"] == pid
-    psutil.Process(pid).kill()
+    assert [o["pid"] for o in execution_record["runtime"]["orphans"]] == [job]
+    psutil.Process(job).kill()
+
+
+async def test_a_lost_guardian_hangs_up_its_background_jobs(client: Client, workspace: Path) -> None:
+    """The terminal of a background job closes with its guardian: the job gets SIGHUP, as a
+    job in a closed terminal does, instead of running on with no terminal."""
+    session = await initialize(client, workspace)
+    loop = await bash(client, session, {"type": "command", "is_background": True,
+                                        "command": "while :; do sleep 0.1; done"})
+    eid = loop["execution_id"]
+    running = await apoll(lambda: processes_with_env("TETHER_EXECUTION_ID", eid), what="job")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    try:
+        await apoll(lambda: not processes_with_env("TETHER_EXECUTION_ID", eid), timeout=5,
+                    what="the background job to end at the hangup")
+    finally:
+        _kill_all(running + processes_with_env("TETHER_EXECUTION_ID", eid))
+    again = await initialize(client, workspace, session["thread_id"])
+    [entry] = [e for e in again["guardian"]["lost_records"] if e["execution_id"] == eid]
+    assert "orphan" not in entry and "orphans" not in entry
+
+
+async def test_a_clean_shutdown_ends_background_jobs_with_129(
+    tether_env: Config, client: Client, workspace: Path
+) -> None:
+    """SIGTERM hangs up the jobs and spares their leaders: a job that ends reports 129 (the
+    hangup), and one that ignores it is not reported ended while it still runs."""
+    session = await initialize(client, workspace)
+    obeys = await bash(client, session, {"type": "command", "is_background": True,
+                                         "command": "sleep 30"})
+    ignores = await bash(client, session, {"type": "command", "is_background": True,
+                                           "command": "trap '' HUP; sleep 30"})
+    for started in (obeys, ignores):
+        def sleeping(eid: str = started["execution_id"]) -> list[psutil.Process]:
+            return [p for p in processes_with_env("TETHER_EXECUTION_ID", eid)
+                    if p.name() == "sleep"]
+
+        await apoll(sleeping, what="the job to run")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.send_signal(signal.SIGTERM)
+    guardian.wait(timeout=10)
+    survivors = processes_with_env("TETHER_EXECUTION_ID", ignores["execution_id"])
+    try:
+        again = await initialize(client, workspace, session["thread_id"])
+        ended = (await execution(client, again, {"type": "get", "execution_id":
+                                                 obeys["execution_id"]}))["data"]["execution"]
+        assert (ended["status"], ended["exit_code"]) == ("exited", 129)
+        kept = (await execution(client, again, {"type": "get", "execution_id":
+                                                ignores["execution_id"]}))["data"]["execution"]
+        assert (kept["status"], kept["reason"]) == ("unknown", "guardian_stopped")
+    finally:
+        _kill_all(survivors)
 
 
 async def test_a_command_that_outlived_its_guardian_is_reported(

@@ -146,6 +146,7 @@ class Launcher:
             cols=params.cols,
             on_output=on_output,
             on_exit=lambda status: self._finisher.finish(holder[0], status.shell_style_code),
+            job_leader=True,
         )
         # flow: while the screen catches up on a flood, reading waits (the program slows).
         screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query,
