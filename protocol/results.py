@@ -267,6 +267,28 @@ class ShutdownResult(Result):
     running_executions: list[str]
 
 
+class Orphan(Result):
+    """A process of a replaced shell that is still running, reported, never adopted (R13)."""
+
+    pid: int
+    reason: str
+
+
+class ShellReplaced(Result):
+    """The thread's main shell was replaced without a ``reset_shell``: the shell of
+    ``previous_generation`` ended (``reason``: ``guardian_lost``, ``guardian_idle_exit``,
+    ``guardian_stopped`` or ``shell_exited``) and a new one (``generation``) started in
+    ``cwd``, with none of the old one's environment, variables or functions. ``message`` says
+    so in a sentence; ``orphans``: processes of the old shell still running."""
+
+    previous_generation: int
+    generation: int
+    reason: str
+    cwd: str
+    message: str
+    orphans: list[Orphan] | None = None
+
+
 class ThreadOpenResult(Result):
     thread_id: str | None
     workspace_root: str
@@ -275,13 +297,8 @@ class ThreadOpenResult(Result):
     cwd: str | None
     #: Only for ``read_only`` (status) requests: whether the thread's shell runs.
     shell_running: bool | None = None
-
-
-class Orphan(Result):
-    """A process of a replaced shell that is still running, reported, never adopted (R13)."""
-
-    pid: int
-    reason: str
+    #: A reattach that found the thread's shell replaced since its last command.
+    shell_replaced: ShellReplaced | None = None
 
 
 class ResetShellResult(Result):
@@ -343,6 +360,8 @@ class ExecResult(Result):
     output: OutputTail
     cwd: str | None
     input: InputOutcome | None = None
+    #: The first command in a shell that replaced a lost one (once).
+    shell_replaced: ShellReplaced | None = None
 
 
 class ScreenResult(Result):

@@ -165,6 +165,11 @@ AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("turn_seq", "INTEGER NOT NULL DEFAULT 0"),
 )
 
+#: Columns added to ``threads`` after schema 2, the same way: how the thread's main shell
+#: ended when no reset replaced it (``{generation, reason}`` as JSON), so that the shell
+#: started after it can say why the thread has a new one.
+THREAD_COLUMNS: tuple[tuple[str, str], ...] = (("shell_ended", "TEXT"),)
+
 #: Columns stored as JSON text and decoded into Python values on read.
 _JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery", "argv")
 _BOOL_COLUMNS = ("output_pending", "auto_archive", "notify_on_finish")
@@ -257,7 +262,8 @@ class Catalog:
     def _migrate(self) -> None:
         """Bring a catalog of an older schema up to this one, keeping every row.
 
-        Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``).
+        Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``);
+        then the thread columns added since.
         Idempotent and safe when two processes open the same catalog at once.
         """
         with self.transaction():
@@ -265,6 +271,10 @@ class Catalog:
             for name, decl in AGENT_COLUMNS:
                 if name not in have:
                     self._db.execute(f"ALTER TABLE executions ADD COLUMN {name} {decl}")
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(threads)")}
+            for name, decl in THREAD_COLUMNS:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE threads ADD COLUMN {name} {decl}")
             for statement in _INDEX_CHANGES:
                 self._db.execute(statement)
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema' AND value < ?",

@@ -166,6 +166,8 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
         "generation": execution.generation,
         "kind": execution.kind,
     }
+    if reply.shell_replaced is not None:
+        data["shell_replaced"] = reply.shell_replaced.wire()
     if reply.input is not None:
         typed = reply.input.wire()
         data["input_sent"] = typed.get("input_sent", True)
@@ -180,6 +182,8 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
     trailer += f"; execution {data['execution_id']}; cwd {data['cwd']}]"
     if data.get("warning"):
         trailer += f"\n[input {data.get('delivery')}: {data['warning']}]"
+    if reply.shell_replaced is not None:
+        trailer += f"\n[warning: {reply.shell_replaced.message}]"
     if data["output_truncated"]:
         trailer += (f"\n[output truncated: showing the tail from byte {data['output_start']}; "
                     "page the rest with Execution.read]")

@@ -119,7 +119,11 @@ class Launcher:
         # (the first output would otherwise wait for it: a new directory entry costs tens
         # of µs).
         live.journal.open()
-        return {"execution_id": live.execution_id, "input_sent": True}
+        outcome: dict[str, Any] = {"execution_id": live.execution_id, "input_sent": True}
+        replaced = self._threads.take_replaced(thread["thread_id"])
+        if replaced is not None:  # the first command in a shell that replaced a lost one
+            outcome["shell_replaced"] = replaced
+        return outcome
 
     async def _start_background(
         self, thread: dict[str, Any], params: ExecStartParams, claim: Callable[[], None],
