@@ -259,6 +259,17 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _running(name: str, value: str, *argv: str) -> list[psutil.Process]:
+    """Processes marked ``name=value`` running ``argv`` (one that ends while we look is
+    not running)."""
+    found = []
+    for proc in processes_with_env(name, value):
+        with contextlib.suppress(psutil.Error):
+            if proc.cmdline() == list(argv):
+                found.append(proc)
+    return found
+
+
 def _kill_all(processes: list[psutil.Process]) -> None:
     for proc in processes:
         with contextlib.suppress(psutil.Error):
@@ -274,8 +285,9 @@ async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path)
     eid = stubborn["execution_id"]
     record = (await execution(client, session, {"type": "get", "execution_id": eid}))
     leader = record["data"]["execution"]["runtime"]["pid"]
-    job = (await apoll(lambda: [p.pid for p in processes_with_env("TETHER_EXECUTION_ID", eid)
-                                if p.pid != leader and p.name() == "sleep"], what="the job"))[0]
+    [job] = [p.pid for p in await apoll(
+        lambda: _running("TETHER_EXECUTION_ID", eid, "sleep", "60"), what="the job")]
+    assert job != leader
     guardian = psutil.Process(session["guardian"]["pid"])
     guardian.kill()
     guardian.wait(timeout=10)
@@ -299,7 +311,9 @@ async def test_a_lost_guardian_hangs_up_its_background_jobs(client: Client, work
     loop = await bash(client, session, {"type": "command", "is_background": True,
                                         "command": "while :; do sleep 0.1; done"})
     eid = loop["execution_id"]
-    running = await apoll(lambda: processes_with_env("TETHER_EXECUTION_ID", eid), what="job")
+    await apoll(lambda: _running("TETHER_EXECUTION_ID", eid, "bash", "-c",
+                                 "while :; do sleep 0.1; done"), what="the job to run")
+    running = processes_with_env("TETHER_EXECUTION_ID", eid)
     guardian = psutil.Process(session["guardian"]["pid"])
     guardian.kill()
     guardian.wait(timeout=10)
@@ -325,8 +339,7 @@ async def test_a_clean_shutdown_ends_background_jobs_with_129(
                                            "command": "trap '' HUP; sleep 30"})
     for started in (obeys, ignores):
         def sleeping(eid: str = started["execution_id"]) -> list[psutil.Process]:
-            return [p for p in processes_with_env("TETHER_EXECUTION_ID", eid)
-                    if p.name() == "sleep"]
+            return _running("TETHER_EXECUTION_ID", eid, "sleep", "30")
 
         await apoll(sleeping, what="the job to run")
     guardian = psutil.Process(session["guardian"]["pid"])
@@ -356,8 +369,7 @@ async def test_a_command_that_outlived_its_guardian_is_reported(
     assert ran["status"] == "running"
 
     def loops() -> list[psutil.Process]:
-        return [p for p in processes_with_env("TETHER_THREAD_ID", session["thread_id"])
-                if survivor in " ".join(p.cmdline())]
+        return _running("TETHER_THREAD_ID", session["thread_id"], "sh", "-c", survivor)
 
     [loop] = await apoll(loops, what="the nohup loop")
     guardian = psutil.Process(session["guardian"]["pid"])
