@@ -57,6 +57,8 @@ class InitializeData(TypedDict):
     sandbox_missing: NotRequired[str | None]
     #: A mode change's fresh shell: processes of the old one left running.
     orphans: NotRequired[list[Nested]]
+    #: A reattach that found the thread's shell replaced without a reset (ShellReplaced).
+    shell_replaced: NotRequired[Nested]
 
 
 # -- BashCommand -------------------------------------------------------------------------------
@@ -79,6 +81,8 @@ class CommandData(TypedDict):
     input_sent: NotRequired[bool | str | None]
     delivery: NotRequired[str | None]
     warning: NotRequired[str | None]
+    #: The first command in a shell that replaced a lost one (ShellReplaced).
+    shell_replaced: NotRequired[Nested]
 
 
 class ScreenData(TypedDict):

@@ -269,6 +269,28 @@ class ShutdownResult(Result):
     running_executions: list[str]
 
 
+class Orphan(Result):
+    """A process of a replaced shell that is still running, reported, never adopted (R13)."""
+
+    pid: int
+    reason: str
+
+
+class ShellReplaced(Result):
+    """The thread's main shell was replaced without a ``reset_shell``: the shell of
+    ``previous_generation`` ended (``reason``: ``guardian_lost``, ``guardian_idle_exit``,
+    ``guardian_stopped`` or ``shell_exited``) and a new one (``generation``) started in
+    ``cwd``, with none of the old one's environment, variables or functions. ``message`` says
+    so in a sentence; ``orphans``: processes of the old shell still running."""
+
+    previous_generation: int
+    generation: int
+    reason: str
+    cwd: str
+    message: str
+    orphans: list[Orphan] | None = None
+
+
 class ThreadOpenResult(Result):
     thread_id: str | None
     workspace_root: str
@@ -277,13 +299,8 @@ class ThreadOpenResult(Result):
     cwd: str | None
     #: Only for ``read_only`` (status) requests: whether the thread's shell runs.
     shell_running: bool | None = None
-
-
-class Orphan(Result):
-    """A process of a replaced shell that is still running, reported, never adopted (R13)."""
-
-    pid: int
-    reason: str
+    #: A reattach that found the thread's shell replaced since its last command.
+    shell_replaced: ShellReplaced | None = None
 
 
 class ResetShellResult(Result):
@@ -345,6 +362,8 @@ class ExecResult(Result):
     output: OutputTail
     cwd: str | None
     input: InputOutcome | None = None
+    #: The first command in a shell that replaced a lost one (once).
+    shell_replaced: ShellReplaced | None = None
 
 
 class ScreenResult(Result):
@@ -431,15 +450,30 @@ class ReceiptBaseline(Result):
     at_unix_ms: int | None = None
 
 
+#: ``Receipt.reason`` while a guardian is typing the prompt (stored before the first byte).
+DELIVERY_IN_PROGRESS = "delivery_in_progress"
+#: ``Receipt.reason`` once the guardian that was typing it is gone (``shared/reconcile``).
+DELIVERY_GUARDIAN_LOST = "guardian_lost"
+
+
 class Receipt(Result):
-    """A prompt's receipt (R21, R22): delivered, activity observed, wait reached, kept apart."""
+    """A prompt's receipt (R21, R22): delivered, activity observed, wait reached, kept apart.
+
+    ``delivered`` is ``True`` once the text and Enter were written to the terminal, ``False``
+    when nothing was typed, and ``"unknown"`` when that cannot be said, with ``reason``:
+    :data:`DELIVERY_IN_PROGRESS` (being typed right now), :data:`DELIVERY_GUARDIAN_LOST`
+    (the guardian died before it recorded how the typing ended), or the error code that
+    stopped the typing part-way (``input_incomplete``, ``not_running``, ``interrupted``).
+    """
 
     prompt_id: str
     execution_id: str
     generation: int
-    runtime: ProcessIdentityInfo | None = None
+    runtime: RuntimeInfo | None = None
     recognizer: str | None = None
-    delivered: bool
+    delivered: bool | Literal["unknown"]
+    #: Why ``delivered`` is ``"unknown"`` (absent otherwise).
+    reason: str | None = None
     activity_observed: bool
     wait_reached: bool
     activity_unconfirmable: bool | None = None

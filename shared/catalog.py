@@ -165,6 +165,11 @@ AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("turn_seq", "INTEGER NOT NULL DEFAULT 0"),
 )
 
+#: Columns added to ``threads`` after schema 2, the same way: how the thread's main shell
+#: ended when no reset replaced it (``{generation, reason}`` as JSON), so that the shell
+#: started after it can say why the thread has a new one.
+THREAD_COLUMNS: tuple[tuple[str, str], ...] = (("shell_ended", "TEXT"),)
+
 #: Columns stored as JSON text and decoded into Python values on read.
 _JSON_COLUMNS = ("runtime", "recognizer", "labels", "recovery", "argv")
 _BOOL_COLUMNS = ("output_pending", "auto_archive", "notify_on_finish")
@@ -258,7 +263,8 @@ class Catalog:
     def _migrate(self) -> None:
         """Bring a catalog of an older schema up to this one, keeping every row.
 
-        Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``).
+        Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``);
+        then the thread columns added since.
         Idempotent and safe when two processes open the same catalog at once.
         """
         with self.transaction():
@@ -266,6 +272,10 @@ class Catalog:
             for name, decl in AGENT_COLUMNS:
                 if name not in have:
                     self._db.execute(f"ALTER TABLE executions ADD COLUMN {name} {decl}")
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(threads)")}
+            for name, decl in THREAD_COLUMNS:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE threads ADD COLUMN {name} {decl}")
             for statement in _INDEX_CHANGES:
                 self._db.execute(statement)
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema' AND value < ?",
@@ -740,6 +750,22 @@ class Catalog:
             "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?, ?, ?)",
             (execution_id, prompt_id, generation, payload_sha256, json.dumps(receipt),
              self.clock.now_ms()),
+        )
+
+    def receipts_containing(self, text: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(execution_id, prompt_id, receipt)`` of each receipt whose stored JSON contains
+        ``text``: a cheap first cut over the whole table, which the caller refines."""
+        rows = self._db.execute(
+            "SELECT execution_id, prompt_id, receipt FROM receipts WHERE instr(receipt, ?) > 0",
+            (text,),
+        ).fetchall()
+        return [(row[0], row[1], json.loads(row[2])) for row in rows]
+
+    def replace_receipt(self, execution_id: str, prompt_id: str, receipt: dict[str, Any]) -> None:
+        """Rewrite a stored receipt, keeping its payload digest, generation and creation time."""
+        self._db.execute(
+            "UPDATE receipts SET receipt = ? WHERE execution_id = ? AND prompt_id = ?",
+            (json.dumps(receipt), execution_id, prompt_id),
         )
 
     def list_receipts(self, execution_id: str) -> list[dict[str, Any]]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _PROC = os.path.exists("/proc/self/stat")
@@ -116,3 +117,39 @@ class ProcessIdentity:
         if not isinstance(pid, int) or not isinstance(ctime, int | float) or not isinstance(boot, str):
             return None
         return cls(pid, float(ctime), boot)
+
+
+class Marked(NamedTuple):
+    """A live process's parent and the marks (``{name: value}``) in its environment."""
+
+    ppid: int
+    marks: dict[str, str]
+
+
+def process_marks(names: Sequence[str]) -> dict[int, Marked]:
+    """Each live process (not this one, not a zombie) whose environment sets any of the
+    variables ``names``: its parent and those variables' values. Linux only.
+
+    Tether marks every process it starts with its thread, and those in their own terminal
+    with their execution (R24). The mark goes wherever the process goes: out of its session
+    (``setsid``, ``nohup``) or past its guardian's death, where no process tree leads to it.
+    """
+    if not _PROC:
+        return {}
+    wanted = tuple(f"{name}=".encode() for name in names)
+    found: dict[int, Marked] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                variables = fh.read().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        marks = {v.split(b"=", 1)[0].decode(): v.split(b"=", 1)[1].decode(errors="replace")
+                 for v in variables if v.startswith(wanted)}
+        if marks:
+            fields = _stat(int(entry.name))
+            if fields is not None and fields[0] not in (b"Z", b"X"):
+                found[int(entry.name)] = Marked(int(fields[1]), marks)
+    return found

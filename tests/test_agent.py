@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,8 +17,11 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import AGENT_SCREEN_STATES, fixture_file, poll
+from tests.helpers import AGENT_SCREEN_STATES, apoll, fixture_file, poll
 from tests.mcp_helpers import agent, bash, execution, initialize, kill_front_end, prompt_log, run
+from tests.person_terminal import TETHER
+from tether.shared.config import Config
+from tether.shared.paths import guardian_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -164,6 +170,61 @@ async def test_receipt_survives_front_end_and_guardian_crashes(
         assert refused["code"] == "not_running" and refused["data"]["input_sent"] is False
         assert refused["data"]["status"] == "unknown"
         assert prompt_log(log) == ["survive"]
+
+
+def _stored_receipt(catalog: Path, prompt_id: str) -> dict[str, Any] | None:
+    """A receipt as the catalog holds it (read-only: the guardian owns the file)."""
+    db = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT receipt FROM receipts WHERE prompt_id = ?", (prompt_id,)).fetchone()
+    finally:
+        db.close()
+    return None if row is None else dict(json.loads(row[0]))
+
+
+async def test_guardian_lost_while_typing_leaves_delivery_unknown(
+    client: Client, workspace: Path, tether_env: Config, tmp_path: Path
+) -> None:
+    """A guardian SIGKILLed while it types a prompt never leaves ``delivered: false`` behind
+    (the program may have the text): the repeat of the prompt_id and ``tether show`` say
+    ``unknown`` (guardian_lost), and nothing is typed again."""
+    session = await initialize(client, workspace)
+    got = tmp_path / "got"
+    # Reads lines without echo, so the prompt spends its echo wait (0.5 s) typing.
+    started = await bash(client, session, {"type": "command", "is_background": True, "command":
+        f"stty -echo; while printf '$ '; IFS= read -r line; do echo \"$line\" >> {got}; done"})
+    eid = started["execution_id"]
+    turn = await bash(client, session, {"type": "wait_for_turn", "execution_id": eid,
+                                        "recognizer": "shell", "timeout_seconds": 10})
+    assert turn["outcome"] == "turn_ready", turn
+    catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
+    prompt = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+              "action": "prompt", "target": eid, "prompt_id": "p1", "text": "hello there",
+              "recognizer": "shell", "timeout_seconds": 5}
+    guardian = psutil.Process(session["guardian"]["pid"])
+    outcome: dict[str, Any] = {}
+
+    async def prompting() -> None:
+        outcome["first"] = (await client.call_tool("Agent", prompt)).structured_content
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(prompting)
+        typing = await apoll(lambda: (r := _stored_receipt(catalog, "p1")) and r, what="receipt")
+        guardian.kill()
+    assert typing["delivered"] == "unknown" and typing["reason"] == "delivery_in_progress"
+    assert outcome["first"]["code"] == "guardian_unavailable"
+    assert outcome["first"]["data"]["input_sent"] == "unknown"
+
+    again = (await agent(client, session, {k: v for k, v in prompt.items()
+                                           if k not in ("thread_id", "workspace_root")}))
+    receipt = again["data"]["receipt"]
+    assert again["data"]["replayed"] is True and again["data"]["input_sent"] is False
+    assert (receipt["delivered"], receipt["reason"]) == ("unknown", "guardian_lost")
+    shown = subprocess.run([TETHER, "show", eid, "--json"], capture_output=True, text=True,
+                           timeout=60, check=True)
+    [listed] = json.loads(shown.stdout)["receipts"]
+    assert (listed["delivered"], listed["reason"]) == ("unknown", "guardian_lost")
+    assert not got.exists() or got.read_text().count("hello there") <= 1
 
 
 async def test_concurrent_prompts_type_one_text(client: Client, workspace: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import zmq
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.helpers import apoll, guardian_thread, poll, start_guardian
+from tests.helpers import apoll, guardian_thread, poll, processes_with_env, start_guardian
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 from tether.protocol import codec
 from tether.protocol.errors import ErrorCode, TetherError
@@ -251,24 +252,161 @@ async def test_recovery_advice_is_recorded(client: Client, workspace: Path) -> N
     assert "claude --resume" in listing
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _running(name: str, value: str, *argv: str) -> list[psutil.Process]:
+    """Processes marked ``name=value`` running ``argv`` (one that ends while we look is
+    not running)."""
+    found = []
+    for proc in processes_with_env(name, value):
+        with contextlib.suppress(psutil.Error):
+            if proc.cmdline() == list(argv):
+                found.append(proc)
+    return found
+
+
+def _kill_all(processes: list[psutil.Process]) -> None:
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
 async def test_orphans_are_reported_not_adopted(client: Client, workspace: Path) -> None:
+    """A background job that ignores the hangup outlives its guardian, and the leader that
+    hung it up (pty._JOB_WRAPPER): it is found by its execution mark and reported."""
     session = await initialize(client, workspace)
     stubborn = await bash(client, session, {"type": "command", "is_background": True,
                                             "command": "trap '' HUP; exec sleep 60"})
-    record = (await execution(client, session, {"type": "get",
-                                                "execution_id": stubborn["execution_id"]}))
-    pid = record["data"]["execution"]["runtime"]["pid"]
+    eid = stubborn["execution_id"]
+    record = (await execution(client, session, {"type": "get", "execution_id": eid}))
+    leader = record["data"]["execution"]["runtime"]["pid"]
+    [job] = [p.pid for p in await apoll(
+        lambda: _running("TETHER_EXECUTION_ID", eid, "sleep", "60"), what="the job")]
+    assert job != leader
     guardian = psutil.Process(session["guardian"]["pid"])
     guardian.kill()
     guardian.wait(timeout=10)
-    assert psutil.pid_exists(pid)  # it ignores the hangup and outlives its guardian
+    await apoll(lambda: _gone(leader), what="the job's leader to end at the hangup")
+    assert psutil.pid_exists(job) and not _gone(job)  # it ignores the hangup
     again = await initialize(client, workspace, session["thread_id"])
     lost = {entry["execution_id"]: entry for entry in again["guardian"]["lost_records"]}
-    orphan = lost[stubborn["execution_id"]]["orphan"]
-    assert orphan["pid"] == pid and "not adopted" in orphan["reason"]
-    after = (await execution(client, again, {"type": "get",
-                                             "execution_id": stubborn["execution_id"]}))
+    assert [o["pid"] for o in lost[eid]["orphans"]] == [job] and "orphan" not in lost[eid]
+    assert "not adopted" in lost[eid]["orphans"][0]["reason"]
+    after = (await execution(client, again, {"type": "get", "execution_id": eid}))
     execution_record = after["data"]["execution"]
     assert execution_record["status"] == "unknown" and execution_record["exit_code"] is None
-    assert execution_record["runtime"]["orphan"]["pid"] == pid
-    psutil.Process(pid).kill()
+    assert [o["pid"] for o in execution_record["runtime"]["orphans"]] == [job]
+    psutil.Process(job).kill()
+
+
+async def test_a_lost_guardian_hangs_up_its_background_jobs(client: Client, workspace: Path) -> None:
+    """The terminal of a background job closes with its guardian: the job gets SIGHUP, as a
+    job in a closed terminal does, instead of running on with no terminal."""
+    session = await initialize(client, workspace)
+    loop = await bash(client, session, {"type": "command", "is_background": True,
+                                        "command": "while :; do sleep 0.1; done"})
+    eid = loop["execution_id"]
+    await apoll(lambda: _running("TETHER_EXECUTION_ID", eid, "bash", "-c",
+                                 "while :; do sleep 0.1; done"), what="the job to run")
+    running = processes_with_env("TETHER_EXECUTION_ID", eid)
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    try:
+        await apoll(lambda: not processes_with_env("TETHER_EXECUTION_ID", eid), timeout=5,
+                    what="the background job to end at the hangup")
+    finally:
+        _kill_all(running + processes_with_env("TETHER_EXECUTION_ID", eid))
+    again = await initialize(client, workspace, session["thread_id"])
+    [entry] = [e for e in again["guardian"]["lost_records"] if e["execution_id"] == eid]
+    assert "orphan" not in entry and "orphans" not in entry
+
+
+async def test_a_clean_shutdown_ends_background_jobs_with_129(
+    tether_env: Config, client: Client, workspace: Path
+) -> None:
+    """SIGTERM hangs up the jobs and spares their leaders: a job that ends reports 129 (the
+    hangup), and one that ignores it is not reported ended while it still runs."""
+    session = await initialize(client, workspace)
+    obeys = await bash(client, session, {"type": "command", "is_background": True,
+                                         "command": "sleep 30"})
+    ignores = await bash(client, session, {"type": "command", "is_background": True,
+                                           "command": "trap '' HUP; sleep 30"})
+    for started in (obeys, ignores):
+        def sleeping(eid: str = started["execution_id"]) -> list[psutil.Process]:
+            return _running("TETHER_EXECUTION_ID", eid, "sleep", "30")
+
+        await apoll(sleeping, what="the job to run")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.send_signal(signal.SIGTERM)
+    guardian.wait(timeout=10)
+    survivors = processes_with_env("TETHER_EXECUTION_ID", ignores["execution_id"])
+    try:
+        again = await initialize(client, workspace, session["thread_id"])
+        ended = (await execution(client, again, {"type": "get", "execution_id":
+                                                 obeys["execution_id"]}))["data"]["execution"]
+        assert (ended["status"], ended["exit_code"]) == ("exited", 129)
+        kept = (await execution(client, again, {"type": "get", "execution_id":
+                                                ignores["execution_id"]}))["data"]["execution"]
+        assert (kept["status"], kept["reason"]) == ("unknown", "guardian_stopped")
+    finally:
+        _kill_all(survivors)
+
+
+async def test_a_command_that_outlived_its_guardian_is_reported(
+    client: Client, workspace: Path
+) -> None:
+    """A command of the main shell that left the shell's session (nohup) outlives its
+    guardian: it is found by its thread's mark and reported on the lost record."""
+    session = await initialize(client, workspace)
+    survivor = "while :; do sleep 0.1; done"
+    ran = await run(client, session, f"nohup sh -c '{survivor}' >/dev/null 2>&1", wait=0.3)
+    assert ran["status"] == "running"
+
+    def loops() -> list[psutil.Process]:
+        return _running("TETHER_THREAD_ID", session["thread_id"], "sh", "-c", survivor)
+
+    [loop] = await apoll(loops, what="the nohup loop")
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    try:
+        again = await initialize(client, workspace, session["thread_id"])
+        lost = {e["execution_id"]: e for e in again["guardian"]["lost_records"]}
+        assert loop.pid in [o["pid"] for o in lost[ran["execution_id"]]["orphans"]]
+        record = (await execution(client, again, {"type": "get", "execution_id":
+                                                  ran["execution_id"]}))["data"]["execution"]
+        assert loop.pid in [o["pid"] for o in record["runtime"]["orphans"]]
+        assert "TETHER_THREAD_ID" in record["runtime"]["orphans"][0]["reason"]
+    finally:
+        _kill_all(loops())
+
+
+async def test_wait_for_turn_on_a_lost_record_says_unknown(client: Client, workspace: Path) -> None:
+    """An end nobody saw is not an exit (R13): wait_for_turn on the record of a guardian that
+    died says ``unknown`` with the record's reason, although the new guardian holds no
+    runtime for it (and the process, which ignores the hangup, still lives)."""
+    session = await initialize(client, workspace)
+    stubborn = await bash(client, session, {"type": "command", "is_background": True,
+                                            "command": "trap '' HUP; sleep 30"})
+    guardian = psutil.Process(session["guardian"]["pid"])
+    guardian.kill()
+    guardian.wait(timeout=10)
+    result = await client.call_tool("BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "wait_for_turn", "execution_id": stubborn["execution_id"],
+                        "timeout_seconds": 5}})
+    assert result.structured_content is not None and not result.is_error
+    turn = result.structured_content["data"]
+    assert turn["outcome"] == "unknown"
+    assert (turn["execution"]["status"], turn["execution"]["reason"]) == ("unknown", "guardian_lost")
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("unknown (guardian_lost)") and "exited" not in text
+    for proc in processes_with_env("TETHER_EXECUTION_ID", stubborn["execution_id"]):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

@@ -194,6 +194,9 @@ def _state_text(recognition: dict[str, Any]) -> str:
 
 
 def _receipt_text(receipt: dict[str, Any]) -> str:
-    return (f"prompt {receipt['prompt_id']}: delivered={receipt['delivered']} "
+    delivered = str(receipt["delivered"])
+    if receipt.get("reason"):  # why delivery is unknown (or did not happen)
+        delivered += f" ({receipt['reason']})"
+    return (f"prompt {receipt['prompt_id']}: delivered={delivered} "
             f"activity_observed={receipt['activity_observed']} "
             f"wait_reached={receipt['wait_reached']} (generation {receipt['generation']})")

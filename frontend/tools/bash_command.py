@@ -87,8 +87,12 @@ class BashCommandTool(Tool):
                 {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer,
                  "quiet_ms": action.quiet_ms, "timeout_ms": int(action.timeout_seconds * 1000)},
                 timeout_s=action.timeout_seconds + RPC_SLACK_S), progress, action.timeout_seconds)
-            return results.ok(turn.wire(), f"{turn.outcome}: {turn.recognition.state} "
-                                           f"(rule {turn.recognition.rule})")
+            text = f"{turn.outcome}: {turn.recognition.state} (rule {turn.recognition.rule})"
+            if turn.outcome == "unknown":  # an end nobody saw: say why, never "exited"
+                text = (f"unknown ({turn.execution.reason or 'no reason recorded'}): how "
+                        f"execution {turn.execution.execution_id} ended was not observed; "
+                        f"its last screen reads {turn.recognition.state}")
+            return results.ok(turn.wire(), text)
         else:
             assert isinstance(action, ScreenAction)
             screen: ScreenResult = await session.locator.call(
@@ -165,6 +169,8 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
         "generation": execution.generation,
         "kind": execution.kind,
     }
+    if reply.shell_replaced is not None:
+        data["shell_replaced"] = reply.shell_replaced.wire()
     if reply.input is not None:
         typed = reply.input.wire()
         data["input_sent"] = typed.get("input_sent", True)
@@ -179,6 +185,8 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
     trailer += f"; execution {data['execution_id']}; cwd {data['cwd']}]"
     if data.get("warning"):
         trailer += f"\n[input {data.get('delivery')}: {data['warning']}]"
+    if reply.shell_replaced is not None:
+        trailer += f"\n[warning: {reply.shell_replaced.message}]"
     if data["output_truncated"]:
         trailer += (f"\n[output truncated: showing the tail from byte {data['output_start']}; "
                     "page the rest with Execution.read]")

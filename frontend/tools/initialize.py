@@ -98,6 +98,8 @@ class InitializeTool(Tool):
         }
         if "shell_running" in thread:
             data["shell_running"] = thread["shell_running"]
+        if thread.get("shell_replaced"):  # the shell was lost and replaced: never silently
+            data["shell_replaced"] = thread["shell_replaced"]
         found = await _mode(session, root, data["thread_id"], handle, thread, requested)
         sandbox_text = ""
         if found is not None:
@@ -121,6 +123,8 @@ class InitializeTool(Tool):
             f"thread {data['thread_id']} in {root} (shell generation {data['generation']}, "
             f"cwd {data['cwd']}, mode {data['mode']}{sandbox_text}); {guardian}"
         )
+        if data.get("shell_replaced"):
+            text += f"\nWARNING: {data['shell_replaced']['message']}"
         return results.ok(data, text)
 
 

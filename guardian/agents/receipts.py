@@ -1,11 +1,16 @@
 """Prompt delivery with receipts (SPEC R21, R22): once only, provably, never resent.
 
 A prompt is typed only when the target's recognizer says ``awaiting_input``. Before a byte
-is typed the receipt is persisted (``delivered: false``), bound to the runtime identity and
-generation, with an activity baseline; after the text and Enter it is persisted again. The
-receipt keeps three facts apart:
+is typed the receipt is persisted as in progress (``delivered: "unknown"``, reason
+``delivery_in_progress``), bound to the runtime identity (with this guardian's instance) and
+generation, with an activity baseline; the moment Enter is written it is persisted as
+delivered. A guardian that dies in between leaves the in-progress receipt, which the next one
+(or the front-end that finds it dead) turns into ``unknown`` with reason ``guardian_lost``
+(``shared/reconcile``): it was typed, partly or wholly, or not at all, and nobody can say.
+The receipt keeps three facts apart:
 
-- ``delivered``: the bytes were written to the target's terminal;
+- ``delivered``: the bytes were written to the target's terminal (``"unknown"`` when that
+  cannot be said, with a ``reason``);
 - ``activity_observed``: after the baseline, the screen changed *and* the recognizer saw work
   or an approval question. The echo of the text, a stale idle screen and elapsed time never
   count; if the text itself looks like a work or approval marker, activity stays unconfirmed
@@ -19,6 +24,7 @@ other text it is ``prompt_id_conflict``. Nothing here ever resends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +35,8 @@ from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PROMPT_BYTES
 from tether.protocol.methods import AgentPromptParams, AgentReceiptParams
-from tether.protocol.results import PromptResult
+from tether.protocol.results import DELIVERY_IN_PROGRESS, PromptResult
+from tether.shared.storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable
@@ -59,8 +66,9 @@ class PromptDesk:
 
     def __init__(
         self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier,
-        clock: Clock,
+        clock: Clock, instance_id: str,
     ) -> None:
+        self._instance_id = instance_id  # on each receipt: whose typing it was (reconcile)
         self._scope = scope
         self._catalog = catalog
         self._live = live
@@ -130,9 +138,12 @@ class PromptDesk:
                 "prompt_id": params.prompt_id,
                 "execution_id": params.execution_id,
                 "generation": live.generation,
-                "runtime": live.runtime.identity.to_dict() if live.runtime.identity else None,
+                "runtime": {**live.runtime.identity.to_dict(),
+                            "guardian_instance_id": self._instance_id}
+                if live.runtime.identity else None,
                 "recognizer": decision.recognizer,
-                "delivered": False,
+                "delivered": "unknown",
+                "reason": DELIVERY_IN_PROGRESS,
                 "activity_observed": False,
                 "wait_reached": False,
                 "activity_unconfirmable": self._looks_like_marker(params.text, decision.recognizer),
@@ -144,12 +155,29 @@ class PromptDesk:
                 },
                 "observed_at_unix_ms": self._clock.now_ms(),
             }
-            # Persisted before the first byte: a crash mid-delivery leaves an honest record.
+            # Persisted before the first byte: a guardian that dies while typing leaves a
+            # receipt that says so (reconciled to guardian_lost), never "not delivered".
             catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
-            await self._type(live, params.text, claim)
+            try:
+                entered = await self._type(live, params.text, claim)
+            except BaseException as exc:
+                # Typing stopped part-way (or never began, when the first write took
+                # nothing): say which, instead of leaving "in progress" behind.
+                code = str(exc.code) if isinstance(exc, TetherError) else "interrupted"
+                sent = exc.data.get("input_sent") if isinstance(exc, TetherError) else "unknown"
+                receipt.update(delivered=False if sent is False else "unknown", reason=code,
+                               observed_at_unix_ms=self._clock.now_ms())
+                with contextlib.suppress(*STORAGE_ERRORS):  # the typing error is the news
+                    catalog.put_receipt(params.execution_id, params.prompt_id, live.generation,
+                                        payload, receipt)
+                raise
+            # Written the moment Enter is (no await in between): the window in which a
+            # crash leaves "unknown" is the typing itself, not the program's reaction.
             receipt["delivered"] = True
+            del receipt["reason"]
             receipt["observed_at_unix_ms"] = self._clock.now_ms()
             catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
+            await self._reacted(live, entered)
         await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return PromptResult.model_validate({"receipt": receipt, "replayed": False, "input_sent": True})
 
@@ -165,7 +193,7 @@ class PromptDesk:
             )
         payload, receipt = stored
         live = self._live.get(params.execution_id)
-        if live is not None and live.generation == receipt["generation"] and receipt["delivered"]:
+        if live is not None and live.generation == receipt["generation"] and receipt["delivered"] is True:
             await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return PromptResult.model_validate({"receipt": receipt, "replayed": True, "input_sent": False})
 
@@ -177,11 +205,23 @@ class PromptDesk:
             return True
         return state in ACTIVITY_STATES
 
-    async def _type(self, live: LiveExecution, text: str, claim: object) -> None:
+    async def _type(self, live: LiveExecution, text: str, claim: object) -> int:
+        """Type the text, then Enter once its echo settled; returns the output sequence from
+        just before Enter. Raises ``input_sent: False`` only when not a byte was taken."""
         loop = asyncio.get_running_loop()
         before = live.activity_seq
         try:
-            await live.runtime.write(text.encode(), timeout_s=5.0, claim=claim)
+            try:
+                await live.runtime.write(text.encode(), timeout_s=5.0, claim=claim)
+            except TimeoutError as exc:
+                if getattr(exc, "written", None) == 0:
+                    raise TetherError(
+                        ErrorCode.INPUT_INCOMPLETE,
+                        f"the program stopped reading input before the prompt was typed "
+                        f"({exc}); nothing was typed",
+                        {"input_sent": False},
+                    ) from None
+                raise
             typed_at = loop.time()
             deadline = typed_at + ECHO_WAIT_S
             while live.activity_seq == before and loop.time() < deadline:
@@ -197,11 +237,7 @@ class PromptDesk:
                     break
             before_enter = live.activity_seq
             await live.runtime.write(b"\r", timeout_s=5.0, claim=claim)
-            # Keep the input lock until the program has reacted to Enter: until then its
-            # screen still shows it waiting, and a second prompt would pass the check.
-            deadline = loop.time() + ECHO_WAIT_S
-            while live.activity_seq == before_enter and loop.time() < deadline:
-                await self._notifier.wait(deadline - loop.time())
+            return before_enter
         except TimeoutError as exc:
             raise TetherError(
                 ErrorCode.INPUT_INCOMPLETE,
@@ -216,6 +252,15 @@ class PromptDesk:
                 "arrived is unknown, and it will not be resent",
                 {"input_sent": "unknown"},
             ) from None
+
+    async def _reacted(self, live: LiveExecution, before_enter: int) -> None:
+        """Keep the input lock until the program has reacted to Enter (at most
+        :data:`ECHO_WAIT_S`): until then its screen still shows it waiting, and a second
+        prompt would pass the check."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ECHO_WAIT_S
+        while live.activity_seq == before_enter and loop.time() < deadline:
+            await self._notifier.wait(deadline - loop.time())
 
     async def _observe(
         self, receipt: dict[str, Any], live: LiveExecution, record: dict[str, Any],

@@ -83,7 +83,11 @@ class Turns:
 
     async def wait_turn(self, request: Request, params: ExecWaitTurnParams) -> WaitTurnResult:
         """Wait until the program waits for input (or approval) and its output has been quiet
-        for ``quiet_ms``; or it exits; or the timeout passes."""
+        for ``quiet_ms``; or it ends; or the timeout passes.
+
+        An end is ``exited`` only when it was observed; an execution whose end nobody saw (its
+        guardian was lost: the process may even live on) is ``unknown``, as its record says
+        (R13), never taken for an exit because this guardian does not hold it."""
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         live = self._live.get(params.execution_id)
@@ -95,7 +99,7 @@ class Turns:
             await refresh(live)
             decision, _ = recognize_record(record, live, params.recognizer)
             if live is None or live.done.is_set():
-                outcome = "exited"
+                outcome = "ended"
                 break
             seen = live.activity_seq
             if decision.state in READY_STATES:
@@ -114,5 +118,7 @@ class Turns:
             if live.activity_seq == seen:
                 await self._notifier.wait(deadline - loop.time())
         record = self._catalog.get_execution(params.execution_id) or record
+        if outcome == "ended":
+            outcome = "exited" if record["status"] == "exited" else "unknown"
         return WaitTurnResult.model_validate({"outcome": outcome, "recognition": decision.to_dict(),
                 "execution": self._live.view(record)})

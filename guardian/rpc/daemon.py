@@ -25,7 +25,7 @@ import zmq
 from tether.guardian.rpc.memory import QuietTrimmer
 from tether.guardian.rpc.service import GuardianService
 from tether.guardian.runtime.assembly import Runtime
-from tether.guardian.runtime.threads import process_env
+from tether.guardian.runtime.threads import GUARDIAN_IDLE_EXIT, GUARDIAN_STOPPED, process_env
 from tether.protocol.transport import RouterServer
 from tether.protocol.versions import Capability, Version, capabilities_for, current_version
 from tether.shared.catalog import Catalog
@@ -81,6 +81,8 @@ class Guardian:
         self.paths: GuardianPaths = guardian_paths(config, principal, workspace_root)
         self._stop = asyncio.Event()
         self._stop_reason = ""
+        #: Why the shells end when this guardian stops (told by the shells that replace them).
+        self._shell_end = GUARDIAN_STOPPED
         self._last_activity = self.clock.monotonic()
         self._trimmer = QuietTrimmer()
 
@@ -164,7 +166,7 @@ class Guardian:
         # Answer in-flight requests that are about to finish, then stop listening.
         self._withdraw()
         await service.shutdown_agents()
-        await runtime.shutdown()
+        await runtime.shutdown(reason=self._shell_end)
         serve_task.cancel()
         await asyncio.gather(serve_task, idle_task, socket_task, return_exceptions=True)
         self._trimmer.cancel()
@@ -238,6 +240,8 @@ class Guardian:
             if runtime.has_running_work():
                 self._touch()
             elif self.clock.monotonic() - self._last_activity >= idle_s:
+                if not self._stop.is_set():
+                    self._shell_end = GUARDIAN_IDLE_EXIT
                 self.request_stop(f"idle for {idle_s:g}s")
                 return
 

@@ -139,7 +139,7 @@ class GuardianService:
                           notifier=rt.notifier, paths=rt.paths, inspector=inspector)
         turns = Turns(scope=rt.scope, catalog=rt.catalog, live=rt.live, notifier=rt.notifier)
         desk = PromptDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
-                          notifier=rt.notifier, clock=rt.clock)
+                          notifier=rt.notifier, clock=rt.clock, instance_id=instance_id)
         person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
@@ -329,9 +329,12 @@ class GuardianService:
                 params, write_timeout_s=min(remaining, 5.0), claim=claim),
         )
         await in_task()  # typed already (EAGER): this loop turn overlaps the shell's work
-        return await self._rt.results.wait(
+        reply = await self._rt.results.wait(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
+        if "shell_replaced" in outcome:  # rare: the reply is built again, with the notice
+            reply = ExecResult.built({**reply.wire(), "shell_replaced": outcome["shell_replaced"]})
+        return reply
 
     async def exec_status(self, request: Request, params: ExecStatusParams) -> ExecResult:
         execution_id = self._rt.results.status_target(params)

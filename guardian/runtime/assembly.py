@@ -18,7 +18,7 @@ from tether.guardian.runtime.live import LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.results import Results
 from tether.guardian.runtime.scope import Scope
-from tether.guardian.runtime.threads import Threads
+from tether.guardian.runtime.threads import GUARDIAN_STOPPED, Threads
 from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
@@ -79,10 +79,11 @@ class Runtime:
         """True while any command or program runs (a shell idle at its prompt does not)."""
         return bool(self.live) or self.threads.any_busy()
 
-    async def shutdown(self, grace_s: float = 2.0) -> None:
-        """Hang up every runtime, record what ended, mark the rest unknown (R4)."""
+    async def shutdown(self, grace_s: float = 2.0, *, reason: str = GUARDIAN_STOPPED) -> None:
+        """Hang up every runtime, record what ended, mark the rest unknown (R4). ``reason``:
+        why the shells end, told by the shells that replace them (``threads``)."""
         self.retention.cancel()
-        self.threads.hangup_all()
+        self.threads.hangup_all(reason)
         self.live.hangup_all()
         await self.live.wait_all_done(grace_s)
         for live in self.live:

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.shared.identity import process_marks
+
 _PROC = Path("/proc")
 
 
@@ -268,17 +270,5 @@ def processes_marked(name: str, value: str, *, unless: str) -> list[int]:
     Tether marks every process it starts with its thread (R24); a process that left its
     session (``setsid``) can still be found by that mark, though not stopped by a hangup.
     """
-    wanted = f"{name}={value}".encode()
-    unwanted = f"{unless}=".encode()
-    found = []
-    for entry in os.scandir(_PROC):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            variables = (_PROC / entry.name / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        marked = wanted in variables and not any(v.startswith(unwanted) for v in variables)
-        if marked and not _exited(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    return sorted(pid for pid, found in process_marks((name, unless)).items()
+                  if found.marks.get(name) == value and unless not in found.marks)

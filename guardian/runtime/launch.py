@@ -119,7 +119,11 @@ class Launcher:
         # (the first output would otherwise wait for it: a new directory entry costs tens
         # of µs).
         live.journal.open()
-        return {"execution_id": live.execution_id, "input_sent": True}
+        outcome: dict[str, Any] = {"execution_id": live.execution_id, "input_sent": True}
+        replaced = self._threads.take_replaced(thread["thread_id"])
+        if replaced is not None:  # the first command in a shell that replaced a lost one
+            outcome["shell_replaced"] = replaced
+        return outcome
 
     async def _start_background(
         self, thread: dict[str, Any], params: ExecStartParams, claim: Callable[[], None],
@@ -146,6 +150,7 @@ class Launcher:
             cols=params.cols,
             on_output=on_output,
             on_exit=lambda status: self._finisher.finish(holder[0], status.shell_style_code),
+            job_leader=True,
         )
         # flow: while the screen catches up on a flood, reading waits (the program slows).
         screen = TerminalScreen(cols=params.cols, rows=params.rows, respond=runtime.answer_query,

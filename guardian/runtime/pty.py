@@ -52,10 +52,17 @@ DRAIN_BOUND_S = 1.0
 #: does not kill children the command left behind, and their last output still arrives.
 #: (A non-interactive bash controls the terminal through its fd 2, so that stays the
 #: terminal; a job killed by a signal is therefore reported on it, e.g. "Killed".)
-#: A hangup does not end the leader before the job: its no-op trap (not an ignored signal,
-#: which the job would inherit) lets it wait, so while the job lives the recorded runtime
-#: process lives too, and a job that outlives its guardian is still reported as an orphan.
-_JOB_WRAPPER = 'trap : HUP; set -m; "$@"; exit $?'
+#:
+#: The leader keeps SIGHUP's default action. When the terminal goes away (the guardian
+#: died, so the PTY's other side closed) the kernel hangs up the session leader only, and
+#: the foreground job only when the leader exits: the leader's death is what hangs the job
+#: up, as a job in a closed terminal is. (A trap would not help: bash runs it only once its
+#: foreground job has ended; an ignored signal would be inherited by the job.) A job that
+#: ignores the hangup outlives its leader; it is still found by its ``TETHER_EXECUTION_ID``
+#: mark and reported as an orphan (``shared/reconcile``). A hangup the guardian sends itself
+#: (shutdown) spares the leader (``job_leader``): the job ends, then the leader with the
+#: job's status, and a job that ignores it keeps its leader, and so its record, running.
+_JOB_WRAPPER = 'set -m; "$@"; exit $?'
 
 
 def job_argv(command: str) -> list[str]:
@@ -96,8 +103,11 @@ class PtyRuntime:
         cols: int,
         on_output: Callable[[bytes], None],
         on_exit: Callable[[ExitStatus], None],
+        job_leader: bool = False,
     ) -> None:
         self.argv = list(argv)
+        #: ``argv`` is :func:`job_argv`'s leader, which ends after its job (see hangup).
+        self._job_leader = job_leader
         self._env = dict(env)
         self._cwd = cwd
         self.rows, self.cols = rows, cols
@@ -373,12 +383,17 @@ class PtyRuntime:
 
     def hangup(self) -> None:
         """What a closing terminal does: SIGHUP (and SIGCONT so stopped jobs see it) to every
-        process of the runtime's session, whatever process group it is in."""
+        process of the runtime's session, whatever process group it is in.
+
+        A job's leader is spared: it ends with its job (and its status), so a job that
+        ignores the hangup is not reported ended while it runs (see :data:`_JOB_WRAPPER`)."""
         pid = self.pid
         if pid is None:
             return
         members = {pid, *kernel.session_members(pid)} if self.exit_status is None else set(
             kernel.session_members(pid))
+        if self._job_leader:
+            members.discard(pid)
         kernel.signal_all(members, signal.SIGHUP)
         kernel.signal_all(members, signal.SIGCONT)
 

@@ -3,12 +3,23 @@
 One main shell per thread, at one generation. This module owns the table of shells; it is
 the shells' listener, so a finished, discarded or exited command is handed to the finisher
 from here and nowhere else.
+
+A shell that ends without a ``reset_shell`` (it exited, its guardian stopped, or its guardian
+died) is replaced by the next call that needs one, at generation + 1, in the thread's last
+known directory: everything else it held (environment, variables, functions) is gone. That
+is said, never silent: the reattaching ``thread.open`` and the first command in the new shell
+carry ``shell_replaced`` with the old generation and why it ended. How a shell ended is
+written to the thread's row when this guardian sees it end; a guardian that died wrote
+nothing, and that silence is what ``guardian_lost`` means.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from tether.guardian.runtime import kernel, sandbox
@@ -30,6 +41,20 @@ log = logging.getLogger(__name__)
 
 #: After SIGHUP at a reset, how long the old shell's processes get before SIGKILL.
 RESET_GRACE_S = 1.0
+
+#: Why a thread's shell was replaced without a reset (``ShellReplaced.reason``), and how the
+#: notice says it.
+SHELL_EXITED = "shell_exited"
+GUARDIAN_STOPPED = "guardian_stopped"
+GUARDIAN_IDLE_EXIT = "guardian_idle_exit"
+GUARDIAN_LOST = "guardian_lost"
+_ENDED = {
+    SHELL_EXITED: "exited (`exit` typed into it, or its process was killed)",
+    GUARDIAN_STOPPED: "ended when its guardian was stopped",
+    GUARDIAN_IDLE_EXIT: "ended when its guardian exited after its idle period "
+                        "(TETHER_GUARDIAN_IDLE_S)",
+    GUARDIAN_LOST: "was lost with its guardian, which died without stopping cleanly",
+}
 
 
 #: An architect shell's git and pagers: no optional index writes (which the sandbox would
@@ -69,6 +94,12 @@ class Threads:
         self._notifier = notifier
         self._base_env = base_env
         self._shells: dict[str, MainShell] = {}
+        #: Notices of shells replaced without a reset, until a command runs in the new one.
+        self._replaced: dict[str, dict[str, Any]] = {}
+        #: The cwd last written to each thread's row (written again when a command moves it).
+        self._saved_cwd: dict[str, str] = {}
+        #: Why every shell is ending, while this guardian shuts down.
+        self._ending: str | None = None
         #: Whether a mode change gives a fresh shell and architect runs sandboxed (an
         #: older protocol emulated: neither), and what the sandbox is on this kernel (or why
         #: there is none).
@@ -100,19 +131,32 @@ class Threads:
                 )
             thread = found
         shell = self.ensure_shell(thread)
-        return {
+        opened = {
             "thread_id": thread["thread_id"],
             "workspace_root": workspace_root,
             "reattached": reattached,
             "generation": shell.generation,
             "cwd": shell.cwd,
         }
+        if reattached and thread["thread_id"] in self._replaced:
+            opened["shell_replaced"] = self._replaced[thread["thread_id"]]
+        return opened
 
-    def ensure_shell(self, thread: dict[str, Any]) -> MainShell:
-        """The thread's live main shell, starting a new generation when there is none."""
-        shell = self._shells.get(thread["thread_id"])
-        if shell is not None and shell.alive:
-            return shell
+    def ensure_shell(self, thread: dict[str, Any], *, reset: bool = False) -> MainShell:
+        """The thread's live main shell, starting a new generation when there is none.
+
+        A new generation that no reset asked for (``reset``) leaves a notice for the next
+        reattach and the next command (:meth:`take_replaced`)."""
+        old = self._shells.get(thread["thread_id"])
+        if old is not None and old.alive:
+            return old
+        thread_id = thread["thread_id"]
+        replacing = bool(thread["shell_execution_id"]) and not reset
+        # Processes of the old shell still running, found before the new one starts any.
+        orphans = [{"pid": pid, "reason": "left the old shell's session; still running"}
+                   for pid in kernel.processes_marked("TETHER_THREAD_ID", thread_id,
+                                                      unless="TETHER_EXECUTION_ID")
+                   ] if replacing else []
         generation = int(thread["generation"]) + (1 if thread["shell_execution_id"] else 0)
         sandboxed = self.sandboxed(thread["thread_id"])
         shell = MainShell(
@@ -130,9 +174,25 @@ class Threads:
         self._shells[thread["thread_id"]] = shell
         # shell_execution_id marks "a shell has run": the next start is a new generation.
         self._catalog.update_thread(
-            thread["thread_id"], generation=generation, shell_execution_id=f"shell-{generation}"
+            thread["thread_id"], generation=generation, shell_execution_id=f"shell-{generation}",
+            shell_ended=None,
         )
+        self._saved_cwd[thread_id] = thread["cwd"]
+        self._replaced.pop(thread_id, None)
+        if replacing:
+            # Ended here a moment ago (its exit not yet handled), or as the row says; a
+            # guardian that died said nothing.
+            ended = json.loads(thread.get("shell_ended") or "null")
+            reason = SHELL_EXITED if old is not None else (
+                ended["reason"] if ended and ended.get("generation") == generation - 1
+                else GUARDIAN_LOST)
+            self._replaced[thread_id] = _notice(generation, reason, thread["cwd"], orphans)
         return shell
+
+    def take_replaced(self, thread_id: str) -> dict[str, Any] | None:
+        """The notice of the thread's shell replaced without a reset, once (for the first
+        command that runs in the new shell)."""
+        return self._replaced.pop(thread_id, None)
 
     def env_for(self, thread_id: str, execution_id: str | None, *,
                 sandboxed: bool = False) -> dict[str, str]:
@@ -201,7 +261,7 @@ class Threads:
                 self._finisher.keep(interrupted.execution_id,
                                     runtime={**runtime, "orphans": orphans})
             old.close()
-        shell = self.ensure_shell(thread)
+        shell = self.ensure_shell(thread, reset=True)
         return {"thread_id": thread_id, "generation": shell.generation,
                 "cwd": shell.cwd, "orphans": orphans}
 
@@ -230,6 +290,11 @@ class Threads:
         # The shell's screen lives on: its text is written just after the end is answered.
         defer = shell.defer_draw if shell is not None and shell.screen is live.screen else None
         self._finisher.finish(live, exit_code, defer_screen=defer)
+        if shell is not None and shell.cwd != self._saved_cwd.get(live.thread_id):
+            # A shell that replaces this one after a crash starts where this one was; written
+            # after the reply (the waiter's wake-up was queued first).
+            self._saved_cwd[live.thread_id] = shell.cwd
+            asyncio.get_running_loop().call_soon(self._remember_end, shell, None)
 
     def marker_ignored(self, live: LiveExecution, detail: str) -> None:
         """A marker the kernel did not confirm: kept as an event of the execution."""
@@ -245,7 +310,7 @@ class Threads:
     def shell_exited(self, shell: MainShell, status: ExitStatus) -> None:
         if self._shells.get(shell.thread_id) is shell:
             del self._shells[shell.thread_id]
-            self._remember_cwd(shell)
+            self._remember_end(shell, self._ending or SHELL_EXITED)
         if shell.current is not None:
             # `exit 3` typed as a command: the shell's exit is that command's exit.
             self._finisher.finish(shell.current, status.shell_style_code, reason="shell_exited")
@@ -253,10 +318,14 @@ class Threads:
         shell.close()
         self._notifier.notify()
 
-    def _remember_cwd(self, shell: MainShell) -> None:
-        """Best effort: the next generation starts there (a full disk must not stop an exit)."""
+    def _remember_end(self, shell: MainShell, reason: str | None) -> None:
+        """Best effort: the next generation starts in this shell's cwd, and says why this one
+        ended (``reason``; None: it has not) (a full disk must not stop an exit)."""
+        fields: dict[str, Any] = {"cwd": shell.cwd}
+        if reason is not None:
+            fields["shell_ended"] = json.dumps({"generation": shell.generation, "reason": reason})
         try:
-            self._catalog.update_thread(shell.thread_id, cwd=shell.cwd)
+            self._catalog.update_thread(shell.thread_id, **fields)
         except STORAGE_ERRORS as exc:
             log.warning("could not remember the cwd of thread %s: %s", shell.thread_id, exc)
 
@@ -265,16 +334,39 @@ class Threads:
 
     # -- shutdown --------------------------------------------------------------------------
 
-    def hangup_all(self) -> None:
+    def hangup_all(self, reason: str = GUARDIAN_STOPPED) -> None:
+        """Hang up every shell: this guardian stops (``reason``: why, for the next one)."""
+        self._ending = reason
         for shell in self._shells.values():
             shell.runtime.hangup()
 
     def close_all(self) -> None:
-        """Remember each shell's cwd and close it (guardian shutdown)."""
+        """Remember each shell's cwd and why it ended, and close it (guardian shutdown)."""
         for shell in list(self._shells.values()):
-            self._remember_cwd(shell)
+            self._remember_end(shell, self._ending or GUARDIAN_STOPPED)
             shell.close()
         self._shells.clear()
+
+
+def _notice(generation: int, reason: str, cwd: str,
+            orphans: list[dict[str, Any]]) -> dict[str, Any]:
+    """``ShellReplaced``: a shell of ``generation`` replaced the one before, which ended for
+    ``reason``; it started in ``cwd`` (or the home directory, as the shell does when that
+    directory is gone)."""
+    where = cwd if os.path.isdir(cwd) else f"{Path.home()} ({cwd} is gone)"
+    message = (f"This thread's shell was replaced: the shell of generation {generation - 1} "
+               f"{_ENDED.get(reason, reason)}, and a new shell (generation {generation}) "
+               f"started. Its working directory is restored to {where}; environment "
+               "variables, shell variables, functions and aliases set in the old shell are "
+               "gone. Set up again what later commands rely on.")
+    if orphans:
+        message += (f" Processes of the old shell still running (not adopted): "
+                    f"{', '.join(str(o['pid']) for o in orphans)}.")
+    notice: dict[str, Any] = {"previous_generation": generation - 1, "generation": generation,
+                              "reason": reason, "cwd": cwd, "message": message}
+    if orphans:
+        notice["orphans"] = orphans
+    return notice
 
 
 def process_env() -> dict[str, str]:
