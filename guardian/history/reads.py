@@ -2,7 +2,7 @@
 
 Pages of ``output`` are raw journal ranges (offsets stay offsets into the raw journal) whose
 text is rendered for a model; pages end on UTF-8 boundaries and never inside an escape
-sequence. Pages of ``screen`` are slices of one screen snapshot; a cursor remembers which
+sequence (``pages``). Pages of ``screen`` are slices of one screen snapshot; a cursor remembers which
 snapshot, and a changed screen is ``resync_required`` instead of a page that would not
 concatenate.
 """
@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tether.guardian.history.pages import utf8_safe_end
 from tether.guardian.history.records import compact_view
 from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
@@ -38,36 +39,6 @@ if TYPE_CHECKING:
 
 ZERO_TIMEOUT_BUDGET_S = 0.25
 _RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
-
-
-def utf8_safe_end(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character
-    (or inside an escape sequence), but never 0 for non-empty data."""
-    end = len(data)
-    # Back off over continuation bytes to the lead byte of the last character.
-    i = end - 1
-    while i >= 0 and end - i <= 4 and (data[i] & 0xC0) == 0x80:
-        i -= 1
-    if i >= 0:
-        lead = data[i]
-        need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4
-        if lead >= 0x80 and end - i < need:
-            end = i
-    # Do not cut an escape sequence in two: its halves would render as garbage.
-    esc = data.rfind(b"\x1b", max(0, end - 64), end)
-    if esc > 0 and not _sequence_complete(data[esc:end]):
-        end = esc
-    return end if end > 0 else len(data)
-
-
-def _sequence_complete(seq: bytes) -> bool:
-    if len(seq) < 2:
-        return False
-    if seq[1:2] == b"[":
-        return any(0x40 <= b <= 0x7E for b in seq[2:])
-    if seq[1:2] == b"]":
-        return b"\x07" in seq or b"\x1b\\" in seq
-    return True
 
 
 class History:
