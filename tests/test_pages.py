@@ -3,16 +3,19 @@ size, and paging real output through ``tether serve`` over stdio."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.mcp_helpers import initialize, read_pages, run
+from tests.mcp_helpers import bash, execution, initialize, read_pages, run
 from tether.guardian.history.pages import MAX_HELD_SEQUENCE, held_tail, utf8_safe_end
 from tether.guardian.terminal.render import render_output
 from tether.shared.config import Config
@@ -133,3 +136,82 @@ async def test_charset_designations_page_cleanly(
     assert out["status"] == "exited"
     pages = await read_pages(stdio, session, out["execution_id"], page_bytes)
     assert "".join(p["text"] for p in pages) == "".join(f"item{i:03d} ok\n" for i in range(1, 201))
+
+
+
+# A program that writes its output in stages, each cut inside a character or a sequence, and
+# waits for a gate file before the next: a reader meets every cut at the live end.
+_STAGES = [b"A\xe2", b"\x82\xacB\n", b"x\x1b[3", b"1mred\x1b[0m\n", b"y\x1b]0;",
+           b"mytitle\x07z\n", b"long\x1b]52;c;" + b"Q" * 5000, b"\x07done\n", b"end\x1b]0;never"]
+_STAGED = f"""
+import os, sys, time
+for i, stage in enumerate({_STAGES!r}):
+    while i and not os.path.exists(os.path.join(sys.argv[1], str(i))):
+        time.sleep(0.01)
+    sys.stdout.buffer.write(stage)
+    sys.stdout.buffer.flush()
+"""
+#: What a read at the live end shows after each stage, and how many bytes it holds back.
+_LIVE_PAGES = [("A", 1), ("€B\n", 0), ("x", 3), ("red\n", 0), ("y", 4), ("z\n", 0),
+               ("long", 0), ("done\n", 0), ("end", len(b"\x1b]0;never"))]
+
+
+@pytest.mark.anyio
+async def test_reading_at_the_live_end_never_splits_a_character_or_a_sequence(
+    stdio: Client, workspace: Path, tmp_path: Path,
+) -> None:
+    """A running command's output read as it comes: a page at the live end stops before a
+    half-written character or escape sequence and leaves the cursor there (it used to render
+    'A\\ufffd', then '\\ufffd\\ufffdB', and show '1mred' and 'mytitle' as text). A sequence
+    longer than MAX_HELD_SEQUENCE is released at once, and what is still held when the
+    program exits is rendered after the end: the reader is never stalled."""
+    (tmp_path / "staged.py").write_text(_STAGED)
+    session = await initialize(stdio, workspace)
+    started = await bash(stdio, session, {
+        "type": "command", "is_background": True,
+        "command": f"python3 {tmp_path / 'staged.py'} {tmp_path}"}, wait=0)
+    execution_id = started["execution_id"]
+    cursor, texts, written = None, [], 0
+    for stage, (text, held) in enumerate(_LIVE_PAGES):
+        if stage:
+            (tmp_path / str(stage)).touch()
+        written += len(_STAGES[stage].replace(b"\n", b"\r\n"))  # the terminal writes CR LF
+        record = await _until(stdio, session, execution_id, "its output",
+                              lambda r, n=written: r["output_end"] >= n)
+        page = await _read(stdio, session, execution_id, cursor)
+        texts.append(page["text"])
+        cursor = page["next_cursor"]
+        if record["status"] == "running":  # it may have exited after its last stage
+            assert (page["text"], page["end"], page["has_more"]) == (text, written - held, False)
+            again = await _read(stdio, session, execution_id, cursor)
+            assert (again["text"], again["start"], again["end"]) == ("", page["end"], page["end"])
+    ended = await _until(stdio, session, execution_id, "its exit",
+                         lambda r: r["status"] == "exited")
+    last = await _read(stdio, session, execution_id, cursor)
+    texts.append(last["text"])
+    assert (last["end"], last["has_more"]) == (ended["output_end"], False)
+    assert "".join(texts) == "A€B\nxred\nyz\nlongdone\nend"
+    whole = await read_pages(stdio, session, execution_id)
+    assert "".join(p["text"] for p in whole) == "".join(texts)
+
+
+async def _until(client: Client, session: dict[str, Any], execution_id: str, what: str,
+                 done: Callable[[dict[str, Any]], bool], timeout: float = 15.0) -> dict[str, Any]:
+    """Poll ``Execution.get`` until ``done(record)``; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record: dict[str, Any] = (await execution(client, session, {
+            "type": "get", "execution_id": execution_id}))["data"]["execution"]
+        if done(record):
+            return record
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {record}"
+        await anyio.sleep(0.02)
+
+
+async def _read(client: Client, session: dict[str, Any], execution_id: str,
+                cursor: str | None) -> dict[str, Any]:
+    action: dict[str, Any] = {"type": "read", "execution_id": execution_id}
+    if cursor is not None:
+        action["cursor"] = cursor
+    page: dict[str, Any] = (await execution(client, session, action))["data"]
+    return page

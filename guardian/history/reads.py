@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.history.pages import utf8_safe_end
+from tether.guardian.history.pages import held_tail, utf8_safe_end
 from tether.guardian.history.records import compact_view
 from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
@@ -95,14 +95,20 @@ class History:
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
         raw = journal.read(offset, page_bytes)
-        if len(raw) == page_bytes or offset + len(raw) < journal.end:
+        written_after = offset + len(raw) < journal.end
+        if written_after:
             raw = raw[: utf8_safe_end(raw)]
+        elif self._live.get(record["execution_id"]) is not None:
+            # The live end of a running execution: its last character or escape sequence may
+            # be half written. Hold it back (the page may be empty, the cursor stays) until
+            # the rest comes; once the execution has ended, whatever is there is rendered.
+            raw = raw[: len(raw) - held_tail(raw)]
         end = offset + len(raw)
         page: dict[str, Any] = {
             "text": render_output(raw),
             "start": offset,
             "end": end,
-            "has_more": end < journal.end,
+            "has_more": written_after,  # a held live tail is not there to read yet
             "next_cursor": self.signer.sign(scope, {"o": end}),
         }
         if gap:
