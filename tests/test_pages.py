@@ -16,8 +16,14 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
-from tether.guardian.history.pages import MAX_HELD_SEQUENCE, held_tail, utf8_safe_end
+from tether.guardian.history.pages import (
+    MAX_HELD_SEQUENCE,
+    held_tail,
+    render_page,
+    utf8_safe_end,
+)
 from tether.guardian.terminal.render import render_output
+from tether.protocol.limits import MAX_PAGE_TEXT_RATIO
 from tether.shared.config import Config
 
 URL = "https://example.com/" + "p" * 100
@@ -72,6 +78,27 @@ def test_a_sequence_longer_than_the_bound_is_released() -> None:
 def test_a_page_with_bytes_after_it_is_never_empty() -> None:
     assert utf8_safe_end(b"\x1b]0;title") == len(b"\x1b]0;title")
     assert utf8_safe_end(b"ok\x1b]0;title") == 2
+
+
+def test_a_page_whose_text_would_outgrow_its_bound_stops_after_a_line() -> None:
+    raw = b"\x1b[500Gx\r\n" * 100
+    line = " " * 499 + "x\n"
+    taken, text = render_page(raw, 2000)
+    assert (taken, text) == (3 * 9, line * 3)
+    assert render_page(raw, 10**6) == (len(raw), line * 100)
+
+
+def test_a_line_alone_over_the_bound_is_cut_inside_it() -> None:
+    raw = b"ab\x1b[300Gcd\x1b[500Gef\n"
+    taken, text = render_page(raw, 400)
+    assert raw[:taken].startswith(b"ab\x1b[300Gcd") and text == "ab" + " " * 297 + "cd"
+    taken, text = render_page(b"\x1b[500Gx", 32)  # pages of 4 bytes have a 32-byte bound
+    assert taken > 0 and len(text.encode()) <= 32
+
+
+def test_a_page_that_fits_is_rendered_whole() -> None:
+    raw = "é".encode() * 1000 + b"\xff" * 1000
+    assert render_page(raw, 8 * len(raw)) == (len(raw), render_output(raw))
 
 
 _TOKENS = st.sampled_from([
@@ -176,12 +203,12 @@ async def test_reading_at_the_live_end_never_splits_a_character_or_a_sequence(
         if stage:
             (tmp_path / str(stage)).touch()
         written += len(_STAGES[stage].replace(b"\n", b"\r\n"))  # the terminal writes CR LF
-        record = await _until(stdio, session, execution_id, "its output",
-                              lambda r, n=written: r["output_end"] >= n)
+        await _until(stdio, session, execution_id, "its output",
+                     lambda r, n=written: r["output_end"] >= n)
         page = await _read(stdio, session, execution_id, cursor)
         texts.append(page["text"])
         cursor = page["next_cursor"]
-        if record["status"] == "running":  # it may have exited after its last stage
+        if stage < len(_LIVE_PAGES) - 1:  # it may exit any time after its last stage
             assert (page["text"], page["end"], page["has_more"]) == (text, written - held, False)
             again = await _read(stdio, session, execution_id, cursor)
             assert (again["text"], again["start"], again["end"]) == ("", page["end"], page["end"])
@@ -215,3 +242,28 @@ async def _read(client: Client, session: dict[str, Any], execution_id: str,
         action["cursor"] = cursor
     page: dict[str, Any] = (await execution(client, session, action))["data"]
     return page
+
+
+@pytest.mark.anyio
+async def test_a_page_that_renders_large_is_cut_short_not_refused(
+    stdio: Client, workspace: Path,
+) -> None:
+    """Column jumps (ESC[500G pads its line to column 500) made a legal 64 KiB page render to
+    3.6 MB, which the front-end's decoder refused (limit_exceeded, 'undecodable frame'), and
+    observe failed as a whole. A page now stops after the last line whose text fits
+    MAX_PAGE_TEXT_RATIO times its size, with has_more and a cursor where it stopped."""
+    session = await initialize(stdio, workspace)
+    out = await run(stdio, session, "for i in $(seq 1 9000); do printf '\\033[500Gx\\n'; done",
+                    wait=30)
+    assert out["status"] == "exited"
+    pages = await read_pages(stdio, session, out["execution_id"], 65536)
+    assert len(pages) > 2
+    assert all(len(p["text"].encode()) <= 65536 * MAX_PAGE_TEXT_RATIO for p in pages)
+    assert "".join(p["text"] for p in pages) == (" " * 499 + "x\n") * 9000
+    items = [{"execution_id": out["execution_id"], "page_bytes": 32768},
+             {"execution_id": out["execution_id"], "source": "screen", "page_bytes": 32768}]
+    observed = await execution(stdio, session, {"type": "observe", "items": items})
+    output, screen = observed["data"]["items"]
+    assert (output["status"], screen["status"]) == ("ok", "ok")
+    assert output["page"]["has_more"] and output["page"]["text"].startswith(" " * 499 + "x\n")
+    assert len(output["page"]["text"].encode()) <= 32768 * MAX_PAGE_TEXT_RATIO

@@ -5,9 +5,12 @@ the middle of a UTF-8 character, the halves render as U+FFFD; cut in the middle 
 sequence, the renderer drops the first half and shows the second as text (``1mred``, a URL,
 the ``B`` of ``ESC ( B``). So a page that has bytes after it stops before such a tail, and
 so does a page at the live end of a running execution, whose tail is still being written.
+A page whose text would outgrow its bound stops early too (:func:`render_page`).
 """
 
 from __future__ import annotations
+
+from tether.guardian.terminal.render import render_output
 
 #: The longest escape sequence a page holds back (OSC 8 hyperlinks carry URLs of a few
 #: hundred bytes; titles and colours far less). A longer one that is still open at a page's
@@ -40,6 +43,48 @@ def utf8_safe_end(data: bytes) -> int:
     moves the reader on (a page made of one open sequence is released whole)."""
     end = len(data) - held_tail(data)
     return end if end > 0 else len(data)
+
+
+def render_page(raw: bytes, max_text_bytes: int) -> tuple[int, str]:
+    """How many bytes of ``raw`` a page takes, and their rendered text: all of them, unless
+    their text would be over ``max_text_bytes`` in UTF-8 (``limits.MAX_PAGE_TEXT_RATIO``).
+
+    Then the page ends after the last line whose text fits: lines render on their own, so
+    the next page renders the rest as one read would. Only a first line that alone is over
+    the bound (pages of a few bytes) is cut inside, at the longest prefix that fits. Any
+    page takes at least one byte (one byte renders to at most one U+FFFD, 3 bytes).
+    """
+    text = render_output(raw)
+    if _fits(text, max_text_bytes):
+        return len(raw), text
+    stop = len(raw)
+    if text.count("\n") == raw.count(b"\n"):  # each raw line is one line of text
+        encoded = text.encode()
+        newline = encoded.rfind(b"\n", 0, max_text_bytes)
+        if newline >= 0:
+            rest = raw.split(b"\n", encoded.count(b"\n", 0, newline + 1))[-1]
+            return len(raw) - len(rest), encoded[: newline + 1].decode()
+        stop = raw.find(b"\n") + 1 or stop  # the answer lies within the first line
+    # Bisect for a long prefix that fits. A longer prefix may render shorter (a carriage
+    # return overwrites), so it is not always the longest; it fits, which is all that counts.
+    low, high = 1, stop
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _fits(render_output(raw[:middle]), max_text_bytes):
+            low = middle
+        else:
+            high = middle
+    # An open sequence or half a character at the cut renders to nothing or U+FFFD, so the
+    # page without it still fits.
+    cut = utf8_safe_end(raw[:low])
+    return cut, render_output(raw[:cut])
+
+
+def _fits(text: str, max_bytes: int) -> bool:
+    """Whether ``text`` is at most ``max_bytes`` in UTF-8 (encoded only when it may not)."""
+    if len(text) > max_bytes:
+        return False
+    return len(text) * 4 <= max_bytes or len(text.encode()) <= max_bytes
 
 
 def _utf8_end(data: bytes) -> int:

@@ -14,15 +14,15 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.history.pages import held_tail, utf8_safe_end
+from tether.guardian.history.pages import held_tail, render_page, utf8_safe_end
 from tether.guardian.history.records import compact_view
-from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
     MAX_OBSERVE_BUDGET,
     MAX_OBSERVE_ITEMS,
     MAX_PAGE_BYTES,
+    MAX_PAGE_TEXT_RATIO,
     MIN_PAGE_BYTES,
 )
 from tether.protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
@@ -103,12 +103,15 @@ class History:
             # be half written. Hold it back (the page may be empty, the cursor stays) until
             # the rest comes; once the execution has ended, whatever is there is rendered.
             raw = raw[: len(raw) - held_tail(raw)]
-        end = offset + len(raw)
+        # The text's bound keeps every page within what the reader's decoder takes.
+        taken, text = render_page(raw, page_bytes * MAX_PAGE_TEXT_RATIO)
+        end = offset + taken
         page: dict[str, Any] = {
-            "text": render_output(raw),
+            "text": text,
             "start": offset,
             "end": end,
-            "has_more": written_after,  # a held live tail is not there to read yet
+            # A held live tail is not there to read yet.
+            "has_more": written_after or taken < len(raw),
             "next_cursor": self.signer.sign(scope, {"o": end}),
         }
         if gap:
