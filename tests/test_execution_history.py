@@ -13,6 +13,7 @@ import pytest
 from mcp import Client
 from mcp.types import TextContent
 
+from tests.agent_helpers import launch
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
 from tether.guardian.history.records import COMPACT_FIELDS
 
@@ -182,3 +183,43 @@ async def test_retention_keeps_128_records(client: Client, workspace: Path) -> N
     assert len(records) == 128
     assert records[0]["execution_id"] == running["execution_id"]
     assert records[0]["status"] == "running"
+
+
+async def test_observe_sees_what_get_and_read_see(stdio_client: Client, workspace: Path,
+                                                  tmp_path: Path) -> None:
+    """A managed agent belongs to its workspace, not to the thread that launched it: get,
+    read and wait from another thread answer with it, and so does observe (it said
+    not_found). Another thread's plain command stays not_found to all of them."""
+    client = stdio_client
+    launcher = await initialize(client, workspace)
+    other = await initialize(client, workspace)
+    agent_id = (await launch(client, launcher, tmp_path / "agent.log"))["execution_id"]
+    command_id = (await run(client, launcher, "echo mine"))["execution_id"]
+    await _until_recognized(client, other, agent_id, "awaiting_input")
+    got = await execution(client, other, {"type": "get", "execution_id": agent_id})
+    assert got["data"]["execution"]["execution_id"] == agent_id
+    observed = await execution(client, other, {"type": "observe", "items": [
+        {"execution_id": agent_id}, {"execution_id": agent_id, "source": "screen"}]})
+    output, screen = observed["data"]["items"]
+    assert (output["status"], screen["status"]) == ("ok", "ok"), observed
+    assert output["execution"]["execution_id"] == agent_id and "page" in output
+    assert "╭" in screen["page"]["text"]  # the fake agent's input box, drawn now
+    refused = await execution(client, other, {"type": "observe", "items": [
+        {"execution_id": command_id}, {"execution_id": command_id, "source": "screen"}]})
+    assert [item["errors"][0]["code"] for item in refused["data"]["items"]] == [
+        "not_found", "not_found"]
+    await execution(client, other, {"type": "get", "execution_id": command_id},
+                    expect_error=True)
+
+
+async def _until_recognized(client: Client, session: dict[str, Any], execution_id: str,
+                            state: str, timeout: float = 15.0) -> None:
+    """Poll ``Execution.explain`` until the execution's screen is recognised as ``state``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record = (await execution(client, session, {"type": "explain",
+                                                    "execution_id": execution_id}))["data"]
+        if record["recognition"]["state"] == state:
+            return
+        assert time.monotonic() < deadline, f"{execution_id} never became {state}: {record}"
+        await anyio.sleep(0.05)

@@ -4,7 +4,7 @@ size, and paging real output through ``tether serve`` over stdio."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from tests.conftest import stdio_params
 from tests.mcp_helpers import bash, execution, initialize, read_pages, run
 from tether.guardian.history.pages import (
     MAX_HELD_SEQUENCE,
@@ -24,7 +23,6 @@ from tether.guardian.history.pages import (
 )
 from tether.guardian.terminal.render import render_output
 from tether.protocol.limits import MAX_PAGE_TEXT_RATIO
-from tether.shared.config import Config
 
 URL = "https://example.com/" + "p" * 100
 
@@ -127,41 +125,34 @@ def test_pages_of_any_size_render_as_one_read(tokens: list[str], page: int) -> N
 
 # -- through tether serve --------------------------------------------------------------------
 
-@pytest.fixture
-async def stdio(tether_env: Config) -> AsyncIterator[Client]:
-    """The real ``tether serve`` over stdio, driven by the MCP SDK client."""
-    async with Client(stdio_params()) as client:
-        yield client
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("page_bytes", [16 * 1024, 1000])
 async def test_hyperlinks_with_long_urls_page_cleanly(
-    stdio: Client, workspace: Path, page_bytes: int,
+    stdio_client: Client, workspace: Path, page_bytes: int,
 ) -> None:
     """OSC 8 hyperlinks (ls --hyperlink, gcc, cargo) with 120-byte URLs: no page ends inside
     one, so no URL leaks into the text (a 64-byte look-back found no ESC inside them)."""
-    session = await initialize(stdio, workspace)
-    out = await run(stdio, session, "for i in $(seq 1 400); do printf '\\033]8;;%s\\033\\\\"
+    session = await initialize(stdio_client, workspace)
+    out = await run(stdio_client, session, "for i in $(seq 1 400); do printf '\\033]8;;%s\\033\\\\"
                     "link%03d\\033]8;;\\033\\\\\\n' " + URL + " $i; done", wait=30)
     assert out["status"] == "exited"
-    pages = await read_pages(stdio, session, out["execution_id"], page_bytes)
+    pages = await read_pages(stdio_client, session, out["execution_id"], page_bytes)
     assert "".join(p["text"] for p in pages) == "".join(f"link{i:03d}\n" for i in range(1, 401))
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("page_bytes", [1000, 64])
 async def test_charset_designations_page_cleanly(
-    stdio: Client, workspace: Path, page_bytes: int,
+    stdio_client: Client, workspace: Path, page_bytes: int,
 ) -> None:
     """``tput sgr0`` prints ESC ( B ESC [ m: a page that ended between ESC ( and B showed the
     B as text on the next page (ESC with an intermediate byte is complete at its final byte)."""
-    session = await initialize(stdio, workspace)
-    out = await run(stdio, session,
+    session = await initialize(stdio_client, workspace)
+    out = await run(stdio_client, session,
                     "for i in $(seq 1 200); do printf 'item%03d ok\\033(B\\033[m\\n' $i; done",
                     wait=30)
     assert out["status"] == "exited"
-    pages = await read_pages(stdio, session, out["execution_id"], page_bytes)
+    pages = await read_pages(stdio_client, session, out["execution_id"], page_bytes)
     assert "".join(p["text"] for p in pages) == "".join(f"item{i:03d} ok\n" for i in range(1, 201))
 
 
@@ -185,7 +176,7 @@ _LIVE_PAGES = [("A", 1), ("€B\n", 0), ("x", 3), ("red\n", 0), ("y", 4), ("z\n"
 
 @pytest.mark.anyio
 async def test_reading_at_the_live_end_never_splits_a_character_or_a_sequence(
-    stdio: Client, workspace: Path, tmp_path: Path,
+    stdio_client: Client, workspace: Path, tmp_path: Path,
 ) -> None:
     """A running command's output read as it comes: a page at the live end stops before a
     half-written character or escape sequence and leaves the cursor there (it used to render
@@ -193,8 +184,8 @@ async def test_reading_at_the_live_end_never_splits_a_character_or_a_sequence(
     longer than MAX_HELD_SEQUENCE is released at once, and what is still held when the
     program exits is rendered after the end: the reader is never stalled."""
     (tmp_path / "staged.py").write_text(_STAGED)
-    session = await initialize(stdio, workspace)
-    started = await bash(stdio, session, {
+    session = await initialize(stdio_client, workspace)
+    started = await bash(stdio_client, session, {
         "type": "command", "is_background": True,
         "command": f"python3 {tmp_path / 'staged.py'} {tmp_path}"}, wait=0)
     execution_id = started["execution_id"]
@@ -203,22 +194,22 @@ async def test_reading_at_the_live_end_never_splits_a_character_or_a_sequence(
         if stage:
             (tmp_path / str(stage)).touch()
         written += len(_STAGES[stage].replace(b"\n", b"\r\n"))  # the terminal writes CR LF
-        await _until(stdio, session, execution_id, "its output",
+        await _until(stdio_client, session, execution_id, "its output",
                      lambda r, n=written: r["output_end"] >= n)
-        page = await _read(stdio, session, execution_id, cursor)
+        page = await _read(stdio_client, session, execution_id, cursor)
         texts.append(page["text"])
         cursor = page["next_cursor"]
         if stage < len(_LIVE_PAGES) - 1:  # it may exit any time after its last stage
             assert (page["text"], page["end"], page["has_more"]) == (text, written - held, False)
-            again = await _read(stdio, session, execution_id, cursor)
+            again = await _read(stdio_client, session, execution_id, cursor)
             assert (again["text"], again["start"], again["end"]) == ("", page["end"], page["end"])
-    ended = await _until(stdio, session, execution_id, "its exit",
+    ended = await _until(stdio_client, session, execution_id, "its exit",
                          lambda r: r["status"] == "exited")
-    last = await _read(stdio, session, execution_id, cursor)
+    last = await _read(stdio_client, session, execution_id, cursor)
     texts.append(last["text"])
     assert (last["end"], last["has_more"]) == (ended["output_end"], False)
     assert "".join(texts) == "A€B\nxred\nyz\nlongdone\nend"
-    whole = await read_pages(stdio, session, execution_id)
+    whole = await read_pages(stdio_client, session, execution_id)
     assert "".join(p["text"] for p in whole) == "".join(texts)
 
 
@@ -246,23 +237,23 @@ async def _read(client: Client, session: dict[str, Any], execution_id: str,
 
 @pytest.mark.anyio
 async def test_a_page_that_renders_large_is_cut_short_not_refused(
-    stdio: Client, workspace: Path,
+    stdio_client: Client, workspace: Path,
 ) -> None:
     """Column jumps (ESC[500G pads its line to column 500) made a legal 64 KiB page render to
     3.6 MB, which the front-end's decoder refused (limit_exceeded, 'undecodable frame'), and
     observe failed as a whole. A page now stops after the last line whose text fits
     MAX_PAGE_TEXT_RATIO times its size, with has_more and a cursor where it stopped."""
-    session = await initialize(stdio, workspace)
-    out = await run(stdio, session, "for i in $(seq 1 9000); do printf '\\033[500Gx\\n'; done",
+    session = await initialize(stdio_client, workspace)
+    out = await run(stdio_client, session, "for i in $(seq 1 9000); do printf '\\033[500Gx\\n'; done",
                     wait=30)
     assert out["status"] == "exited"
-    pages = await read_pages(stdio, session, out["execution_id"], 65536)
+    pages = await read_pages(stdio_client, session, out["execution_id"], 65536)
     assert len(pages) > 2
     assert all(len(p["text"].encode()) <= 65536 * MAX_PAGE_TEXT_RATIO for p in pages)
     assert "".join(p["text"] for p in pages) == (" " * 499 + "x\n") * 9000
     items = [{"execution_id": out["execution_id"], "page_bytes": 32768},
              {"execution_id": out["execution_id"], "source": "screen", "page_bytes": 32768}]
-    observed = await execution(stdio, session, {"type": "observe", "items": items})
+    observed = await execution(stdio_client, session, {"type": "observe", "items": items})
     output, screen = observed["data"]["items"]
     assert (output["status"], screen["status"]) == ("ok", "ok")
     assert output["page"]["has_more"] and output["page"]["text"].startswith(" " * 499 + "x\n")

@@ -174,12 +174,17 @@ class History:
         # Refresh each distinct execution once: bring its screen up to date when a screen or
         # detection page is asked for (output pages read the journal, which is always current).
         refreshed: set[str] = set()
+        screens = sorted({item.execution_id for item in params.items if item.source != "output"
+                          and self._live.get(item.execution_id) is not None})
+        # Only what this request may see (Scope.visible, as get/read/wait decide it).
+        visible = {eid for eid, record in self._catalog.get_executions(screens).items()
+                   if self._scope.visible(record, params)} if screens else set()
         for item, out in zip(params.items, items, strict=True):
             if item.execution_id in refreshed or item.source == "output":
                 continue
             refreshed.add(item.execution_id)
             live = self._live.get(item.execution_id)
-            if live is not None and live.thread_id == params.thread_id:
+            if live is not None and item.execution_id in visible:
                 try:
                     await live.screen.snapshot_async()
                 except Exception as exc:  # a broken emulator must not sink the siblings
@@ -197,7 +202,7 @@ class History:
             )
             for item, out in zip(params.items, items, strict=True):
                 record = records.get(item.execution_id)
-                if record is None or record["thread_id"] != params.thread_id:
+                if record is None or not self._scope.visible(record, params):
                     out["errors"].append({
                         "stage": "read", "code": ErrorCode.NOT_FOUND.value,
                         "message": f"no execution {item.execution_id!r} in this thread",
