@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.types import TextContent
 
 from tests.agent_helpers import launch
-from tests.mcp_helpers import bash, execution, initialize, read_pages, run
+from tests.mcp_helpers import agent, bash, execution, initialize, read_pages, run
 from tether.guardian.history.records import COMPACT_FIELDS
 
 pytestmark = pytest.mark.anyio
@@ -210,6 +210,32 @@ async def test_observe_sees_what_get_and_read_see(stdio_client: Client, workspac
         "not_found", "not_found"]
     await execution(client, other, {"type": "get", "execution_id": command_id},
                     expect_error=True)
+
+
+async def test_recognition_after_a_catalog_cursor_counts_changes_from_the_wait_on(
+    stdio_client: Client, workspace: Path, tmp_path: Path,
+) -> None:
+    """A catalog cursor carries no recognition state: an idle agent's awaiting_input is not a
+    change since it (the wait answered 'changed' at once, every time); its next turn is."""
+    client = stdio_client
+    session = await initialize(client, workspace)
+    eid = (await launch(client, session, tmp_path / "agent.log", "--busy-seconds", "2"))[
+        "execution_id"]
+    await _until_recognized(client, session, eid, "awaiting_input")
+    catalog_cursor = (await execution(client, session, {"type": "list"}))["data"][
+        "catalog_cursor"]
+    idle = await execution(client, session, {
+        "type": "wait", "execution_ids": [eid], "after": catalog_cursor,
+        "events": ["awaiting_input"], "timeout_seconds": 1})
+    assert (idle["data"]["outcome"], idle["data"]["changed"]) == ("timeout", [])
+    await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "p1",
+                                  "text": "work", "recognizer": "claude", "timeout_seconds": 0})
+    await _until_recognized(client, session, eid, "busy")
+    done = await execution(client, session, {
+        "type": "wait", "execution_ids": [eid], "after": catalog_cursor,
+        "events": ["awaiting_input"], "timeout_seconds": 15})
+    assert done["data"]["outcome"] == "changed"
+    assert done["data"]["changed"][0]["fired"] == ["awaiting_input"]
 
 
 async def _until_recognized(client: Client, session: dict[str, Any], execution_id: str,

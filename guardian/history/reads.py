@@ -240,14 +240,21 @@ class History:
         deadline = loop.time() + (budget if budget > 0 else ZERO_TIMEOUT_BUDGET_S)
         baseline = self._wait_baseline(params.after, scope, ids)
         recognizing = bool(events & _RECOGNIZER_EVENTS)
+        if recognizing:
+            await self._refresh(ids)  # recognition below then reads fresh screens
+            if "rec" not in baseline:
+                # A catalog cursor holds no recognition state (none is persisted): a state
+                # counts as changed only when it changes after the wait begins, else an idle
+                # screen would be "changed to awaiting_input" at once, every time.
+                baseline["rec"] = self.inspector.recognition_states(ids)
         while True:
-            if recognizing:
-                await self._refresh(ids)  # recognition below then reads fresh screens
             outcome = self._changes(params, ids, baseline, events)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
             wants_output = bool(events & (_RECOGNIZER_EVENTS | {"output"}))
             await self._notifier.wait(deadline - loop.time(), output=wants_output)
+            if recognizing:
+                await self._refresh(ids)
         if outcome is None:
             outcome = ("timeout", [])
         kind, changed = outcome
@@ -261,7 +268,8 @@ class History:
         """Where a wait starts: now, a wait cursor, or a catalog cursor (list/observe/wait).
 
         A catalog cursor lets a client that kept one across a crash see what changed while no
-        front-end was there: every record persisted after that sequence counts as changed.
+        front-end was there: every record persisted after that sequence counts as changed
+        (recognition states, which are not persisted, count from the wait's start).
         """
         if after is None:
             return self._baseline(ids)
