@@ -249,3 +249,22 @@ async def _until_recognized(client: Client, session: dict[str, Any], execution_i
             return
         assert time.monotonic() < deadline, f"{execution_id} never became {state}: {record}"
         await anyio.sleep(0.05)
+
+
+async def test_only_ascii_digits_are_a_catalog_cursor(stdio_client: Client,
+                                                       workspace: Path) -> None:
+    """str.isdigit() holds for "²" (int() then raised: internal_error) and for "٣" (taken
+    as catalog cursor 3): neither came from Tether, so both are invalid_cursor."""
+    client = stdio_client
+    session = await initialize(client, workspace)
+    eid = (await run(client, session, "echo x"))["execution_id"]
+    for after in ("²", "٣", "１"):
+        refused = await execution(client, session, {
+            "type": "wait", "execution_ids": [eid], "after": after, "timeout_seconds": 0},
+            expect_error=True)
+        assert refused["code"] == "invalid_cursor", (after, refused)
+    catalog_cursor = (await execution(client, session, {"type": "list"}))["data"]["catalog_cursor"]
+    for after in (catalog_cursor, str(catalog_cursor)):
+        waited = await execution(client, session, {
+            "type": "wait", "execution_ids": [eid], "after": after, "timeout_seconds": 0})
+        assert waited["data"]["outcome"] == "timeout"

@@ -273,7 +273,8 @@ class History:
         """
         if after is None:
             return self._baseline(ids)
-        if after.isdigit():
+        # ASCII digits only: str.isdigit() also takes "²" (int() refuses it) and "٣" (3).
+        if after.isascii() and after.isdigit():
             seq = int(after)
             if seq > self._catalog.change_seq():
                 raise TetherError(ErrorCode.INVALID_CURSOR,
