@@ -165,6 +165,9 @@ async def test_cursors_are_bound_and_signed(client: Client, workspace: Path) -> 
     cursor = page["next_cursor"]
     edited = cursor[:5] + ("A" if cursor[5] != "A" else "B") + cursor[6:]
     for execution_id, source, bad in [(one["execution_id"], "output", edited),
+                                      (one["execution_id"], "output", cursor + "="),
+                                      (one["execution_id"], "output",
+                                       cursor[:10] + "!!**" + cursor[10:]),
                                       (two["execution_id"], "output", cursor),
                                       (one["execution_id"], "screen", cursor)]:
         refused = await execution(client, session, {
