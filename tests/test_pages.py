@@ -123,6 +123,27 @@ def test_pages_of_any_size_render_as_one_read(tokens: list[str], page: int) -> N
     assert "".join(texts) == render_output(data)
 
 
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(_TOKENS, max_size=80), cuts=st.lists(st.integers(min_value=0),
+                                                             max_size=20))
+def test_following_a_stream_as_it_is_written_renders_as_one_read(
+    tokens: list[str], cuts: list[int],
+) -> None:
+    """A reader at the live end after each write (written in arbitrary chunks, as pipes and
+    ssh deliver them) holds back the open tail; after the end it takes the rest. Its pages
+    render to the text of one read after the end."""
+    data = "".join(tokens).encode()
+    ends = [*sorted({cut % (len(data) + 1) for cut in cuts}), len(data)]
+    texts, offset = [], 0
+    for written in ends:
+        raw = data[offset:written]
+        raw = raw[: len(raw) - held_tail(raw)]
+        texts.append(render_output(raw))
+        offset += len(raw)
+    texts.append(render_output(data[offset:]))  # the end: whatever is left
+    assert "".join(texts) == render_output(data)
+
+
 # -- through tether serve --------------------------------------------------------------------
 
 @pytest.mark.anyio

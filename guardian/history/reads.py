@@ -2,9 +2,9 @@
 
 Pages of ``output`` are raw journal ranges (offsets stay offsets into the raw journal) whose
 text is rendered for a model; pages end on UTF-8 boundaries and never inside an escape
-sequence (``pages``). Pages of ``screen`` are slices of one screen snapshot; a cursor remembers which
-snapshot, and a changed screen is ``resync_required`` instead of a page that would not
-concatenate.
+sequence (``pages`` says where). Pages of ``screen`` are slices of one screen snapshot; a
+cursor remembers which snapshot, and a changed screen is ``resync_required`` instead of a
+page that would not concatenate.
 """
 
 from __future__ import annotations
