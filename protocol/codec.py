@@ -12,19 +12,20 @@ from typing import Any
 
 import msgpack
 
+from tether.protocol import limits
 from tether.protocol.errors import ErrorCode, TetherError
 
 
 @dataclass(frozen=True, slots=True)
 class DecodeLimits:
-    """Upper bounds for one decoded frame."""
+    """Upper bounds for one decoded frame (by default the wire's, from ``limits``)."""
 
-    max_frame_bytes: int = 4 * 1024 * 1024
-    max_str_len: int = 1024 * 1024
-    max_bin_len: int = 2 * 1024 * 1024
-    max_array_len: int = 4096
-    max_map_len: int = 256
-    max_depth: int = 16
+    max_frame_bytes: int = limits.MAX_FRAME_BYTES
+    max_str_len: int = limits.MAX_FRAME_STR_BYTES
+    max_bin_len: int = limits.MAX_FRAME_BIN_BYTES
+    max_array_len: int = limits.MAX_FRAME_ARRAY_LEN
+    max_map_len: int = limits.MAX_FRAME_MAP_LEN
+    max_depth: int = limits.MAX_FRAME_DEPTH
 
 
 DEFAULT_LIMITS = DecodeLimits()

@@ -10,6 +10,18 @@ from __future__ import annotations
 
 import re
 
+# -- the wire --------------------------------------------------------------------------------
+
+#: What one msgpack frame may hold (``codec.DecodeLimits``): every decoder, the front-end's
+#: and the guardian's, refuses more. What the guardian sends is sized against them
+#: (``MAX_PAGE_TEXT_RATIO``), so a legal request never gets a reply its reader must refuse.
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+MAX_FRAME_STR_BYTES = 1024 * 1024
+MAX_FRAME_BIN_BYTES = 2 * 1024 * 1024
+MAX_FRAME_ARRAY_LEN = 4096
+MAX_FRAME_MAP_LEN = 256
+MAX_FRAME_DEPTH = 16
+
 # -- ids -------------------------------------------------------------------------------------
 
 #: Thread, execution and attach ids (and the ids a client may name them by).
@@ -67,6 +79,12 @@ LIST_REPLY_BYTES = 3 * 1024 * 1024
 MIN_PAGE_BYTES, MAX_PAGE_BYTES = 4, 64 * 1024
 DEFAULT_PAGE_BYTES = 16 * 1024
 DEFAULT_OBSERVE_PAGE_BYTES = 2048
+#: A page's rendered text is at most this many times its ``page_bytes``, in UTF-8 bytes.
+#: Rendering can expand (a column jump pads its line with spaces: ``ESC[500Gx`` is 9 bytes
+#: and 500 characters); a page whose text would grow past this stops early, with
+#: ``has_more``. The largest page then fits one string of a frame (``MAX_FRAME_STR_BYTES``)
+#: and the largest observe, all its pages together, an eighth of a frame (MAX_FRAME_BYTES).
+MAX_PAGE_TEXT_RATIO = 8
 MAX_OBSERVE_ITEMS = 32
 #: Sum of the page sizes of one ``exec.observe``.
 MAX_OBSERVE_BUDGET = 64 * 1024

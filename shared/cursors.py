@@ -41,7 +41,16 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes of exactly what :func:`_b64` writes; anything else raises ``ValueError``.
+
+    The lenient decoder skips characters outside the alphabet and ignores stray padding and
+    unused low bits, so an edited cursor ("!!" inserted, "=" appended) decoded to the same
+    bytes and passed its MAC.
+    """
+    data = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    if _b64(data) != text:
+        raise ValueError("not the canonical encoding of its bytes")
+    return data
 
 
 class CursorSigner:

@@ -71,6 +71,13 @@ async def client(tether_env: Config) -> AsyncIterator[Client]:
         yield c
 
 
+@pytest.fixture
+async def stdio_client(tether_env: Config) -> AsyncIterator[Client]:
+    """The real MCP client against a real ``tether serve`` over stdio."""
+    async with Client(stdio_params()) as c:
+        yield c
+
+
 def stdio_params(env_extra: dict[str, str] | None = None) -> StdioServerParameters:
     """How to start ``tether serve`` as a real subprocess over stdio."""
     env = {k: v for k, v in os.environ.items()}

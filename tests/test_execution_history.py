@@ -15,9 +15,10 @@ import pytest
 from mcp import Client
 from mcp.types import TextContent
 
+from tests.agent_helpers import launch
 from tests.conftest import stdio_params
 from tests.helpers import apoll, guardian_thread
-from tests.mcp_helpers import bash, execution, initialize, read_pages, run
+from tests.mcp_helpers import agent, bash, execution, initialize, read_pages, run
 from tether.guardian.history.records import COMPACT_FIELDS, list_page, list_view
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS
@@ -205,6 +206,9 @@ async def test_cursors_are_bound_and_signed(client: Client, workspace: Path) -> 
     cursor = page["next_cursor"]
     edited = cursor[:5] + ("A" if cursor[5] != "A" else "B") + cursor[6:]
     for execution_id, source, bad in [(one["execution_id"], "output", edited),
+                                      (one["execution_id"], "output", cursor + "="),
+                                      (one["execution_id"], "output",
+                                       cursor[:10] + "!!**" + cursor[10:]),
                                       (two["execution_id"], "output", cursor),
                                       (one["execution_id"], "screen", cursor)]:
         refused = await execution(client, session, {
@@ -284,3 +288,88 @@ def test_a_page_ends_before_its_records_outgrow_a_reply() -> None:
     assert len(views) == 3 and next_before is None  # all there: nothing older
     views, next_before = list_page(records, 3, lambda r: list_view(r, None))
     assert len(views) == 3 and next_before == 7  # the fourth says older ones remain
+
+
+async def test_observe_sees_what_get_and_read_see(stdio_client: Client, workspace: Path,
+                                                  tmp_path: Path) -> None:
+    """A managed agent belongs to its workspace, not to the thread that launched it: get,
+    read and wait from another thread answer with it, and so does observe (it said
+    not_found). Another thread's plain command stays not_found to all of them."""
+    client = stdio_client
+    launcher = await initialize(client, workspace)
+    other = await initialize(client, workspace)
+    agent_id = (await launch(client, launcher, tmp_path / "agent.log"))["execution_id"]
+    command_id = (await run(client, launcher, "echo mine"))["execution_id"]
+    await _until_recognized(client, other, agent_id, "awaiting_input")
+    got = await execution(client, other, {"type": "get", "execution_id": agent_id})
+    assert got["data"]["execution"]["execution_id"] == agent_id
+    observed = await execution(client, other, {"type": "observe", "items": [
+        {"execution_id": agent_id}, {"execution_id": agent_id, "source": "screen"}]})
+    output, screen = observed["data"]["items"]
+    assert (output["status"], screen["status"]) == ("ok", "ok"), observed
+    assert output["execution"]["execution_id"] == agent_id and "page" in output
+    assert "╭" in screen["page"]["text"]  # the fake agent's input box, drawn now
+    refused = await execution(client, other, {"type": "observe", "items": [
+        {"execution_id": command_id}, {"execution_id": command_id, "source": "screen"}]})
+    assert [item["errors"][0]["code"] for item in refused["data"]["items"]] == [
+        "not_found", "not_found"]
+    await execution(client, other, {"type": "get", "execution_id": command_id},
+                    expect_error=True)
+
+
+async def test_recognition_after_a_catalog_cursor_counts_changes_from_the_wait_on(
+    stdio_client: Client, workspace: Path, tmp_path: Path,
+) -> None:
+    """A catalog cursor carries no recognition state: an idle agent's awaiting_input is not a
+    change since it (the wait answered 'changed' at once, every time); its next turn is."""
+    client = stdio_client
+    session = await initialize(client, workspace)
+    eid = (await launch(client, session, tmp_path / "agent.log", "--busy-seconds", "2"))[
+        "execution_id"]
+    await _until_recognized(client, session, eid, "awaiting_input")
+    catalog_cursor = (await execution(client, session, {"type": "list"}))["data"][
+        "catalog_cursor"]
+    idle = await execution(client, session, {
+        "type": "wait", "execution_ids": [eid], "after": catalog_cursor,
+        "events": ["awaiting_input"], "timeout_seconds": 1})
+    assert (idle["data"]["outcome"], idle["data"]["changed"]) == ("timeout", [])
+    await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "p1",
+                                  "text": "work", "recognizer": "claude", "timeout_seconds": 0})
+    await _until_recognized(client, session, eid, "busy")
+    done = await execution(client, session, {
+        "type": "wait", "execution_ids": [eid], "after": catalog_cursor,
+        "events": ["awaiting_input"], "timeout_seconds": 15})
+    assert done["data"]["outcome"] == "changed"
+    assert done["data"]["changed"][0]["fired"] == ["awaiting_input"]
+
+
+async def _until_recognized(client: Client, session: dict[str, Any], execution_id: str,
+                            state: str, timeout: float = 15.0) -> None:
+    """Poll ``Execution.explain`` until the execution's screen is recognised as ``state``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record = (await execution(client, session, {"type": "explain",
+                                                    "execution_id": execution_id}))["data"]
+        if record["recognition"]["state"] == state:
+            return
+        assert time.monotonic() < deadline, f"{execution_id} never became {state}: {record}"
+        await anyio.sleep(0.05)
+
+
+async def test_only_ascii_digits_are_a_catalog_cursor(stdio_client: Client,
+                                                       workspace: Path) -> None:
+    """str.isdigit() holds for "²" (int() then raised: internal_error) and for "٣" (taken
+    as catalog cursor 3): neither came from Tether, so both are invalid_cursor."""
+    client = stdio_client
+    session = await initialize(client, workspace)
+    eid = (await run(client, session, "echo x"))["execution_id"]
+    for after in ("²", "٣", "１"):
+        refused = await execution(client, session, {
+            "type": "wait", "execution_ids": [eid], "after": after, "timeout_seconds": 0},
+            expect_error=True)
+        assert refused["code"] == "invalid_cursor", (after, refused)
+    catalog_cursor = (await execution(client, session, {"type": "list"}))["data"]["catalog_cursor"]
+    for after in (catalog_cursor, str(catalog_cursor)):
+        waited = await execution(client, session, {
+            "type": "wait", "execution_ids": [eid], "after": after, "timeout_seconds": 0})
+        assert waited["data"]["outcome"] == "timeout"

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from tether.frontend.schemas import AgentArgs, ExecutionArgs, ReadAction
-from tether.protocol import limits
+from tether.protocol import codec, limits
 from tether.protocol.methods import AgentPromptParams, ExecReadParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +67,19 @@ def test_tool_schemas_and_params_share_their_limits() -> None:
     assert agent["timeout_seconds"]["maximum"] * 1000 == prompt["timeout_ms"]["maximum"]
     ids = ExecutionArgs.model_json_schema()["$defs"]["WaitAction"]["properties"]["execution_ids"]
     assert ids["maxItems"] == limits.MAX_WAIT_IDS
+
+
+def test_a_pages_text_fits_what_every_decoder_takes() -> None:
+    """The guardian bounds a page's rendered text by MAX_PAGE_TEXT_RATIO; the decoders'
+    limits come from the same module, so the largest page fits one string of a frame and
+    the largest observe fits a frame (a 64 KiB page of column jumps rendered to 3.6 MB and
+    the front-end refused the reply)."""
+    decoder = codec.DEFAULT_LIMITS
+    assert (decoder.max_frame_bytes, decoder.max_str_len, decoder.max_bin_len,
+            decoder.max_array_len, decoder.max_map_len, decoder.max_depth) == (
+        limits.MAX_FRAME_BYTES, limits.MAX_FRAME_STR_BYTES, limits.MAX_FRAME_BIN_BYTES,
+        limits.MAX_FRAME_ARRAY_LEN, limits.MAX_FRAME_MAP_LEN, limits.MAX_FRAME_DEPTH)
+    ratio = limits.MAX_PAGE_TEXT_RATIO
+    assert limits.MAX_PAGE_BYTES * ratio <= decoder.max_str_len
+    assert limits.MAX_OBSERVE_BUDGET * ratio <= decoder.max_frame_bytes // 8
+    assert limits.MIN_PAGE_BYTES * ratio >= len("\ufffd".encode())  # one byte's text

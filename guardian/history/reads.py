@@ -2,9 +2,9 @@
 
 Pages of ``output`` are raw journal ranges (offsets stay offsets into the raw journal) whose
 text is rendered for a model; pages end on UTF-8 boundaries and never inside an escape
-sequence. Pages of ``screen`` are slices of one screen snapshot; a cursor remembers which
-snapshot, and a changed screen is ``resync_required`` instead of a page that would not
-concatenate.
+sequence (``pages`` says where). Pages of ``screen`` are slices of one screen snapshot; a
+cursor remembers which snapshot, and a changed screen is ``resync_required`` instead of a
+page that would not concatenate.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tether.guardian.history.pages import held_tail, render_page, utf8_safe_end
 from tether.guardian.history.records import compact_view
-from tether.guardian.terminal.render import render_output
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
     MAX_OBSERVE_BUDGET,
     MAX_OBSERVE_ITEMS,
     MAX_PAGE_BYTES,
+    MAX_PAGE_TEXT_RATIO,
     MIN_PAGE_BYTES,
 )
 from tether.protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
@@ -38,36 +39,6 @@ if TYPE_CHECKING:
 
 ZERO_TIMEOUT_BUDGET_S = 0.25
 _RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
-
-
-def utf8_safe_end(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character
-    (or inside an escape sequence), but never 0 for non-empty data."""
-    end = len(data)
-    # Back off over continuation bytes to the lead byte of the last character.
-    i = end - 1
-    while i >= 0 and end - i <= 4 and (data[i] & 0xC0) == 0x80:
-        i -= 1
-    if i >= 0:
-        lead = data[i]
-        need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4
-        if lead >= 0x80 and end - i < need:
-            end = i
-    # Do not cut an escape sequence in two: its halves would render as garbage.
-    esc = data.rfind(b"\x1b", max(0, end - 64), end)
-    if esc > 0 and not _sequence_complete(data[esc:end]):
-        end = esc
-    return end if end > 0 else len(data)
-
-
-def _sequence_complete(seq: bytes) -> bool:
-    if len(seq) < 2:
-        return False
-    if seq[1:2] == b"[":
-        return any(0x40 <= b <= 0x7E for b in seq[2:])
-    if seq[1:2] == b"]":
-        return b"\x07" in seq or b"\x1b\\" in seq
-    return True
 
 
 class History:
@@ -124,14 +95,23 @@ class History:
         gap = max(0, journal.start - offset)
         offset = max(offset, journal.start)
         raw = journal.read(offset, page_bytes)
-        if len(raw) == page_bytes or offset + len(raw) < journal.end:
+        written_after = offset + len(raw) < journal.end
+        if written_after:
             raw = raw[: utf8_safe_end(raw)]
-        end = offset + len(raw)
+        elif self._live.get(record["execution_id"]) is not None:
+            # The live end of a running execution: its last character or escape sequence may
+            # be half written. Hold it back (the page may be empty, the cursor stays) until
+            # the rest comes; once the execution has ended, whatever is there is rendered.
+            raw = raw[: len(raw) - held_tail(raw)]
+        # The text's bound keeps every page within what the reader's decoder takes.
+        taken, text = render_page(raw, page_bytes * MAX_PAGE_TEXT_RATIO)
+        end = offset + taken
         page: dict[str, Any] = {
-            "text": render_output(raw),
+            "text": text,
             "start": offset,
             "end": end,
-            "has_more": end < journal.end,
+            # A held live tail is not there to read yet.
+            "has_more": written_after or taken < len(raw),
             "next_cursor": self.signer.sign(scope, {"o": end}),
         }
         if gap:
@@ -194,12 +174,17 @@ class History:
         # Refresh each distinct execution once: bring its screen up to date when a screen or
         # detection page is asked for (output pages read the journal, which is always current).
         refreshed: set[str] = set()
+        screens = sorted({item.execution_id for item in params.items if item.source != "output"
+                          and self._live.get(item.execution_id) is not None})
+        # Only what this request may see (Scope.visible, as get/read/wait decide it).
+        visible = {eid for eid, record in self._catalog.get_executions(screens).items()
+                   if self._scope.visible(record, params)} if screens else set()
         for item, out in zip(params.items, items, strict=True):
             if item.execution_id in refreshed or item.source == "output":
                 continue
             refreshed.add(item.execution_id)
             live = self._live.get(item.execution_id)
-            if live is not None and live.thread_id == params.thread_id:
+            if live is not None and item.execution_id in visible:
                 try:
                     await live.screen.snapshot_async()
                 except Exception as exc:  # a broken emulator must not sink the siblings
@@ -217,7 +202,7 @@ class History:
             )
             for item, out in zip(params.items, items, strict=True):
                 record = records.get(item.execution_id)
-                if record is None or record["thread_id"] != params.thread_id:
+                if record is None or not self._scope.visible(record, params):
                     out["errors"].append({
                         "stage": "read", "code": ErrorCode.NOT_FOUND.value,
                         "message": f"no execution {item.execution_id!r} in this thread",
@@ -255,14 +240,21 @@ class History:
         deadline = loop.time() + (budget if budget > 0 else ZERO_TIMEOUT_BUDGET_S)
         baseline = self._wait_baseline(params.after, scope, ids)
         recognizing = bool(events & _RECOGNIZER_EVENTS)
+        if recognizing:
+            await self._refresh(ids)  # recognition below then reads fresh screens
+            if "rec" not in baseline:
+                # A catalog cursor holds no recognition state (none is persisted): a state
+                # counts as changed only when it changes after the wait begins, else an idle
+                # screen would be "changed to awaiting_input" at once, every time.
+                baseline["rec"] = self.inspector.recognition_states(ids)
         while True:
-            if recognizing:
-                await self._refresh(ids)  # recognition below then reads fresh screens
             outcome = self._changes(params, ids, baseline, events)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
             wants_output = bool(events & (_RECOGNIZER_EVENTS | {"output"}))
             await self._notifier.wait(deadline - loop.time(), output=wants_output)
+            if recognizing:
+                await self._refresh(ids)
         if outcome is None:
             outcome = ("timeout", [])
         kind, changed = outcome
@@ -276,11 +268,13 @@ class History:
         """Where a wait starts: now, a wait cursor, or a catalog cursor (list/observe/wait).
 
         A catalog cursor lets a client that kept one across a crash see what changed while no
-        front-end was there: every record persisted after that sequence counts as changed.
+        front-end was there: every record persisted after that sequence counts as changed
+        (recognition states, which are not persisted, count from the wait's start).
         """
         if after is None:
             return self._baseline(ids)
-        if after.isdigit():
+        # ASCII digits only: str.isdigit() also takes "²" (int() refuses it) and "٣" (3).
+        if after.isascii() and after.isdigit():
             seq = int(after)
             if seq > self._catalog.change_seq():
                 raise TetherError(ErrorCode.INVALID_CURSOR,
