@@ -288,6 +288,11 @@ async def test_finish_notice_is_durable_and_typed_once(
         listed = (await agent(second, again, {"action": "notifications", "parent": parent}))
         assert [stable(n) for n in listed["data"]["notifications"]] == [stable(notice)]
         assert listed["data"]["notifications"][0]["delivered_prompt_id"] == f"notify-{notice['id']}"
+        for odd in ("\u00b2", "\u0663", "x"):  # digits only in ASCII: "²" broke int(), "٣" was 3
+            refused = await agent(second, again, {"action": "notifications", "parent": parent,
+                                                  "after": odd}, error=True)
+            assert refused["code"] == "invalid_request" and "cursor of an earlier" in \
+                refused["message"], refused
         guardian = psutil.Process(again["guardian"]["pid"])
         guardian.kill()
         guardian.wait(timeout=10)

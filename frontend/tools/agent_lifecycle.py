@@ -161,7 +161,8 @@ async def _notifications(
         parent_id = own.execution_id
     after = args.after if args.after is not None else 0
     if isinstance(after, str):
-        if not after.isdigit() or int(after) > MAX_WIRE_INT:
+        # ASCII digits only: str.isdigit() also takes "²" (int() refuses it) and "٣" (3).
+        if not (after.isascii() and after.isdigit()) or int(after) > MAX_WIRE_INT:
             raise TetherError(
                 ErrorCode.INVALID_REQUEST,
                 "after must be the cursor of an earlier notifications result (a number)",
