@@ -224,6 +224,9 @@ async def test_guardian_lost_while_typing_leaves_delivery_unknown(
                            timeout=60, check=True)
     [listed] = json.loads(shown.stdout)["receipts"]
     assert (listed["delivered"], listed["reason"]) == ("unknown", "guardian_lost")
+    shown = subprocess.run([TETHER, "show", eid], capture_output=True, text=True, timeout=60,
+                           check=True)
+    assert "delivered unknown (guardian_lost)" in shown.stdout, shown.stdout
     assert not got.exists() or got.read_text().count("hello there") <= 1
 
 

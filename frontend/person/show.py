@@ -68,7 +68,9 @@ def render(data: dict[str, Any], now_ms: float) -> str:
     for receipt in receipts:
         out.append(f"  {_text(receipt.get('prompt_id'))}: generation "
                    f"{_text(receipt.get('generation'))}, delivered "
-                   f"{_text(receipt.get('delivered'))}, activity observed "
+                   f"{_text(receipt.get('delivered'))}"
+                   + (f" ({_text(receipt['reason'])})" if receipt.get("reason") else "")
+                   + ", activity observed "
                    f"{_text(receipt.get('activity_observed'))}, wait reached "
                    f"{_text(receipt.get('wait_reached'))}")
     events = data.get("agent_events") or []
