@@ -70,6 +70,9 @@ async def test_an_architect_shell_writes_nothing_even_past_the_check(
     assert (workspace / "kept").read_text() == "kept\n"
     # A background job of the thread is sandboxed too.
     job = await past_the_check(tether_env, session, "touch from_job", is_background=True)
+    other = await initialize(client, workspace)  # a wcgw thread: its shell's terminal
+    other_tty = (await run(client, other, "tty"))["output"].strip()
+    assert other_tty.startswith("/dev/pts/")
     info = guardian_paths(tether_env, "local", session["workspace_root"])
     guardian_pid = int(json.loads(info.info.read_text())["pid"])
     for command in (
@@ -77,6 +80,11 @@ async def test_an_architect_shell_writes_nothing_even_past_the_check(
         f"python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{info.socket}\")'",
         f"kill -0 {guardian_pid}",
         "exec 3<>/dev/tcp/127.0.0.1/9",
+        # Another thread's terminal: neither written to (a forged screen) nor typed into
+        # (TIOCSTI needs only a read-only descriptor; root may use it on any terminal).
+        f"echo forged > {other_tty}",
+        f"python3 -c 'import fcntl, os, termios; fd = os.open(\"{other_tty}\", os.O_RDONLY); "
+        "fcntl.ioctl(fd, termios.TIOCSTI, b\"x\")'",
     ):
         done = await past_the_check(tether_env, session, command)
         assert done.execution.exit_code != 0, command

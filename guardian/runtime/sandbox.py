@@ -6,9 +6,10 @@ will do, so an architect shell also runs inside a sandbox the kernel enforces, s
 between fork and exec by this file run as a script (no Tether import, ``python -I -S``):
 
 - Landlock (Linux 5.13+): no file may be created, written, truncated, renamed, linked or
-  removed anywhere, except ``/dev/null`` and the terminals (``/dev/tty``, ``/dev/pts``);
+  removed anywhere, except ``/dev/null`` and its own terminal (and ``/dev/tty``);
   no TCP connect or bind (ABI 4+); no signal to, and no abstract socket of, a process
-  outside the sandbox (ABI 6+). Reading and running programs stay allowed.
+  outside the sandbox (ABI 6+); no ioctl on a device opened inside it but those (ABI 5+:
+  TIOCSTI would type into another terminal). Reading and running programs stay allowed.
 - seccomp: no new ``AF_UNIX`` socket (Landlock does not cover connecting to a socket by
   path: the guardian's own, an ssh agent, docker) and no io_uring (which makes sockets
   without the ``socket`` call).
@@ -46,6 +47,7 @@ _MAKE_CHAR, _MAKE_DIR, _MAKE_REG, _MAKE_SOCK = 1 << 6, 1 << 7, 1 << 8, 1 << 9
 _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM = 1 << 10, 1 << 11, 1 << 12
 _REFER = 1 << 13  # ABI 2
 _TRUNCATE = 1 << 14  # ABI 3
+_IOCTL_DEV = 1 << 15  # ABI 5
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
@@ -78,7 +80,7 @@ def describe() -> tuple[str | None, str | None]:
     if abi < 1:
         return None, ("this kernel offers no Landlock (Linux 5.13+ with landlock in its LSM "
                       "list); architect is enforced by the command check alone")
-    parts = [f"landlock abi {abi}: no file writes except /dev/null and terminals"]
+    parts = [f"landlock abi {abi}: no file writes except /dev/null and its own terminal"]
     if abi >= 4:
         parts.append("no TCP")
     if abi >= 6:
@@ -102,6 +104,8 @@ def _fs_rights(abi: int) -> int:
         rights |= _REFER
     if abi >= 3:
         rights |= _TRUNCATE
+    if abi >= 5:
+        rights |= _IOCTL_DEV
     return rights
 
 
@@ -116,9 +120,16 @@ def _restrict_files(libc: ctypes.CDLL, abi: int) -> None:
     ruleset = libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-    file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
+    file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0) | (_IOCTL_DEV if abi >= 5 else 0)
+    # Its own terminal only: another thread's could be written to (a forged screen for
+    # whoever reads it), or, as root, typed into with TIOCSTI, which needs only a read-only
+    # descriptor: hence ioctls on devices are handled too (ABI 5+).
+    try:
+        own = [os.ttyname(0)]
+    except OSError:
+        own = []
     for path, rights in (("/dev/null", file_rights), ("/dev/tty", file_rights),
-                         ("/dev/pts", file_rights)):
+                         *((tty, file_rights) for tty in own)):
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
