@@ -225,8 +225,9 @@ class GuardianHandle:
         """Every refusal due before ``method`` is sent: a capability the method or its params
         need (R8), and a guardian that is stopped (it could not answer)."""
         self.require(METHODS[method][1])
-        self.require(params_capability(method, params),
-                     "A detection page, or a recognizer's event, is a recognition verdict. ")
+        needed = params_capability(method, params)
+        self.require(needed, "A detection page, or a recognizer's event, is a recognition "
+                     "verdict. " if needed == Capability.RECOGNITION else "")
         text = params.get("text") if method in _TYPES_TEXT else None
         if isinstance(text, str) and Capability.LINE_LIMITS not in self.capabilities and (
                 found := long_line(text)) is not None:

@@ -561,7 +561,11 @@ def params_capability(method: str, params: Mapping[str, Any]) -> Capability | No
     """The capability that what ``params`` ask for needs beyond ``method``'s own (R8): a
     ``detection`` page, and a recognizer's events, are a recognition verdict (1.2), which a
     guardian that lacks ``recognition`` must not hand out under an older method's name.
+    A listing's ``before`` pages (1.7): a guardian without ``list_pages`` would ignore it
+    and answer with the newest page again.
     ``params`` are the wire map, well-formed (validated, or about to be by the guardian)."""
+    if method in ("exec.list", "agent.list"):
+        return Capability.LIST_PAGES if params.get("before") is not None else None
     if method == "exec.read":
         needs = params.get("source") == "detection"
     elif method == "exec.observe":

@@ -337,6 +337,32 @@ async def test_a_guardian_honours_exactly_the_version_it_speaks_for_detection(
         ctx.term()
 
 
+async def test_a_guardian_without_list_pages_refuses_before_itself(
+    tether_env: Config, workspace: Path
+) -> None:
+    """A 1.6 guardian would ignore a listing's ``before`` and answer with the newest page
+    again: it refuses it itself, for a client other than this front-end."""
+    info = start_guardian(workspace, tether_env, "1.6")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(info["endpoint"])
+    try:
+        sock.send(codec.encode({
+            "v": [1, 6], "id": "l1", "method": "exec.list",
+            "params": {"principal": "local", "workspace_root": str(workspace),
+                       "thread_id": "th_x", "before": 5},
+            "deadline_unix_ms": int((time.time() + 30) * 1000),
+            "guardian_instance_id": info["instance_id"], "auth": info["auth_token"]}))
+        assert sock.poll(5000)
+        reply = codec.decode(sock.recv())
+        assert reply["error"]["code"] == "capability_missing", reply
+        assert reply["error"]["data"]["capability"] == "list_pages"
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
 async def test_doctor_asks_to_restart_a_guardian_older_than_this_front_end(
     tether_env: Config, workspace: Path
 ) -> None:
