@@ -34,6 +34,10 @@ ESCAPES = {
     "rm kept": None,
     "mv kept moved": "moved",
     ": > kept": None,
+    # A file's mode, owner, times and attributes (Landlock guards contents and names only).
+    "chmod 4777 kept": None,
+    "touch -d 2001-01-01 kept": None,
+    "python3 -c 'import os; os.setxattr(\"kept\", \"user.x\", b\"1\")'": None,
 }
 
 
@@ -63,11 +67,15 @@ async def test_an_architect_shell_writes_nothing_even_past_the_check(
         return
     assert changed["sandbox"].startswith("landlock abi")
     before = sorted(p.name for p in workspace.iterdir())
+    kept_stat = (workspace / "kept").stat()
     for command in ESCAPES:
         done = await past_the_check(tether_env, session, command)
         assert done.execution.exit_code != 0, command
     assert sorted(p.name for p in workspace.iterdir()) == before
     assert (workspace / "kept").read_text() == "kept\n"
+    after = (workspace / "kept").stat()
+    assert (after.st_mode, after.st_mtime_ns) == (kept_stat.st_mode, kept_stat.st_mtime_ns)
+    assert not os.listxattr(workspace / "kept")
     # A background job of the thread is sandboxed too.
     job = await past_the_check(tether_env, session, "touch from_job", is_background=True)
     other = await initialize(client, workspace)  # a wcgw thread: its shell's terminal
@@ -85,6 +93,10 @@ async def test_an_architect_shell_writes_nothing_even_past_the_check(
         f"echo forged > {other_tty}",
         f"python3 -c 'import fcntl, os, termios; fd = os.open(\"{other_tty}\", os.O_RDONLY); "
         "fcntl.ioctl(fd, termios.TIOCSTI, b\"x\")'",
+        # TCP past Landlock (MPTCP), a Unix datagram socket by path, root's powers.
+        "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)'",
+        "python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)'",
+        "grep -q '^CapEff:.*f' /proc/self/status",  # no capability beyond reading
     ):
         done = await past_the_check(tether_env, session, command)
         assert done.execution.exit_code != 0, command

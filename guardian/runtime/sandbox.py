@@ -10,9 +10,11 @@ between fork and exec by this file run as a script (no Tether import, ``python -
   no TCP connect or bind (ABI 4+); no signal to, and no abstract socket of, a process
   outside the sandbox (ABI 6+); no ioctl on a device opened inside it but those (ABI 5+:
   TIOCSTI would type into another terminal). Reading and running programs stay allowed.
-- seccomp: no new ``AF_UNIX`` socket (Landlock does not cover connecting to a socket by
-  path: the guardian's own, an ssh agent, docker) and no io_uring (which makes sockets
-  without the ``socket`` call).
+- seccomp (x86_64): no socket at all (Landlock does not cover reaching a Unix socket by
+  path, such as the guardian's own, and MPTCP or TCP Fast Open reach TCP past it), no
+  io_uring, BPF or perf events, and no change of a file's mode, owner, times or extended
+  attributes (Landlock guards contents and names only).
+- capabilities: a root shell keeps only ``CAP_DAC_READ_SEARCH`` (reading past file modes).
 
 Both last for the shell's life and pass to every process it starts; a mode change gives the
 thread a fresh shell (``Threads.set_mode``). Where the kernel offers no Landlock, the shell
@@ -51,11 +53,26 @@ _IOCTL_DEV = 1 << 15  # ABI 5
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
-# seccomp: (audit arch, socket, io_uring_setup) per machine.
-_SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 41, 425),
-    "aarch64": (0xC00000B7, 198, 425),
+# seccomp, x86_64 only (the numbers are per machine; elsewhere the sandbox says it has none).
+_AUDIT_ARCH_X86_64 = 0xC000003E
+#: Refused with EACCES: sockets of any kind (AF_UNIX reaches sockets by path, which Landlock
+#: does not cover; inet ones reach TCP past Landlock through MPTCP or TCP Fast Open, and root's
+#: raw and packet sockets the network), io_uring (it makes sockets and opens files without
+#: these calls), BPF and perf events (root's kernel-level reach), and every change of a file's
+#: mode, owner, times or extended attributes (Landlock guards contents and names only, and
+#: root owns the files).
+_DENIED_X86_64 = {
+    "socket": 41, "socketpair": 53, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "bpf": 321, "perf_event_open": 298,
+    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452,
+    "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260,
+    "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "setxattrat": 463,
+    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "removexattrat": 466,
 }
+_IOCTL_X86_64 = 16
+#: ioctl commands that change a file's flags (immutable, append-only) or its fs attributes.
+_DENIED_IOCTLS = (0x40086602, 0x40046602, 0x401C5820)  # FS_IOC_SETFLAGS, 32-bit, FSSETXATTR
 _AF_UNIX = 1
 _EACCES = 13
 
@@ -85,8 +102,11 @@ def describe() -> tuple[str | None, str | None]:
         parts.append("no TCP")
     if abi >= 6:
         parts.append("no signals out")
-    if platform.machine() in _SECCOMP_ARCH:
-        parts.append("seccomp: no unix sockets")
+    if platform.machine() == "x86_64":
+        parts.append("seccomp: no sockets, bpf, perf or mode/owner/time/xattr changes")
+    else:
+        parts.append(f"no seccomp filter on {platform.machine()}: sockets stay open")
+    parts.append("root keeps only reading past file modes")
     return ", ".join(parts), None
 
 
@@ -146,31 +166,39 @@ def _restrict_files(libc: ctypes.CDLL, abi: int) -> None:
 
 
 def _filter() -> bytes | None:
-    """A seccomp program: socket(AF_UNIX, ...) and io_uring_setup fail with EACCES."""
-    machine = _SECCOMP_ARCH.get(platform.machine())
-    if machine is None:
+    """The seccomp program: the calls of :data:`_DENIED_X86_64` and the ioctls of
+    :data:`_DENIED_IOCTLS` fail with EACCES; a foreign ABI is killed, x32 calls refused."""
+    if platform.machine() != "x86_64":
         return None
-    arch, nr_socket, nr_uring = machine
-    ld_w_abs, jeq_k, jge_k, ja, ret_k = 0x20, 0x15, 0x35, 0x05, 0x06
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
     allow, errno = 0x7FFF0000, 0x00050000 | _EACCES
-    kill = 0x80000000  # SECCOMP_RET_KILL_PROCESS: a foreign ABI (i386) is not ours
-    # x86_64's x32 calls carry bit 30 in their number: refused, they would dodge the checks.
-    x32 = (jge_k, 0, 1, 0x40000000) if arch == 0xC000003E else (ja, 0, 0, 1)
+    kill = 0x80000000  # SECCOMP_RET_KILL_PROCESS
+    denied = sorted(_DENIED_X86_64.values())
+    # Layout: head (6), one jump per denied call, the ioctl test (2 + one per command),
+    # then ALLOW and ERRNO; jumps are counted from the next instruction.
+    first_deny = 6
+    ioctl_at = first_deny + len(denied)
+    allow_at = ioctl_at + 2 + len(_DENIED_IOCTLS)
+    errno_at = allow_at + 1
     program = [
-        (ld_w_abs, 0, 0, 4),   # 0: seccomp_data.arch
-        (jeq_k, 1, 0, arch),   # 1
-        (ret_k, 0, 0, kill),   # 2
-        (ld_w_abs, 0, 0, 0),   # 3: seccomp_data.nr
-        x32,                   # 4
-        (ret_k, 0, 0, errno),  # 5
-        (jeq_k, 0, 1, nr_uring),  # 6
-        (ret_k, 0, 0, errno),  # 7
-        (jeq_k, 0, 3, nr_socket),  # 8: else allow (12)
-        (ld_w_abs, 0, 0, 16),  # 9: args[0], its low half (little-endian)
-        (jeq_k, 0, 1, _AF_UNIX),  # 10
-        (ret_k, 0, 0, errno),  # 11
-        (ret_k, 0, 0, allow),  # 12
+        (ld_w_abs, 0, 0, 4),                 # 0: seccomp_data.arch
+        (jeq_k, 1, 0, _AUDIT_ARCH_X86_64),   # 1
+        (ret_k, 0, 0, kill),                 # 2
+        (ld_w_abs, 0, 0, 0),                 # 3: seccomp_data.nr
+        (jge_k, 0, 1, 0x40000000),           # 4: x32 calls carry bit 30
+        (ret_k, 0, 0, errno),                # 5
     ]
+    for nr in denied:
+        at = len(program)
+        program.append((jeq_k, errno_at - at - 1, 0, nr))
+    at = len(program)
+    program.append((jeq_k, 0, allow_at - at - 1, _IOCTL_X86_64))
+    program.append((ld_w_abs, 0, 0, 24))     # args[1] (the command), its low half
+    for cmd in _DENIED_IOCTLS:
+        at = len(program)
+        program.append((jeq_k, errno_at - at - 1, 0, cmd))
+    assert len(program) == allow_at
+    program += [(ret_k, 0, 0, allow), (ret_k, 0, 0, errno)]
     return b"".join(struct.pack("=HBBI", *insn) for insn in program)
 
 
@@ -185,6 +213,36 @@ def _restrict_sockets(libc: ctypes.CDLL) -> None:
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_DAC_READ_SEARCH = 2
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Leave root (if it is root) only ``CAP_DAC_READ_SEARCH`` (reading past file modes):
+    root's other powers are not file writes, and Landlock does not stop them (BPF, network
+    configuration, raw sockets, owning every file). The bounding set bounds what the exec
+    gives back; the inheritable and ambient sets would add to it."""
+    header = ctypes.create_string_buffer(struct.pack("=Ii", _CAPABILITY_VERSION_3, 0), 8)
+    data = ctypes.create_string_buffer(24)
+    if libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    effective, permitted, _inheritable, eff_hi, perm_hi, _inh_hi = struct.unpack("=6I", data.raw)
+    if not (effective or eff_hi or permitted or perm_hi):
+        return  # an ordinary user: nothing to drop
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        last_cap = int(last.read())
+    for cap in range(last_cap + 1):
+        if cap != _CAP_DAC_READ_SEARCH and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"drop capability {cap}")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    cleared = ctypes.create_string_buffer(
+        struct.pack("=6I", effective, permitted, 0, eff_hi, perm_hi, 0), 24)
+    if libc.capset(header, cleared) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _main(args: list[str]) -> None:
     if args[:1] == ["--rc"]:
         rc = os.open(args[1], os.O_RDONLY)
@@ -196,6 +254,7 @@ def _main(args: list[str]) -> None:
     if sep != "--" or not argv:
         raise OSError(22, "usage: sandbox.py [--rc FILE] -- ARGV...")
     libc = _libc()
+    _drop_capabilities(libc)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs")
     abi = landlock_abi()
