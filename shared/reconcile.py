@@ -64,8 +64,8 @@ def reconcile_lost(
             found["orphan"] = {"pid": identity.pid,
                                "reason": "outlived_guardian: still running but not adopted"}
         marked = [{"pid": pid, "reason": f"outlived_guardian: carries its {mark} mark; still "
-                   "running but not adopted"} for pid, mark in _marked(marks, record)
-                  if identity is None or pid != identity.pid]
+                   "running but not adopted"}
+                  for pid, mark in _marked(marks, record, identity.pid if identity else None)]
         if marked:
             found["orphans"] = marked
         if found:
@@ -77,12 +77,15 @@ def reconcile_lost(
     return report
 
 
-def _marked(marks: dict[int, Marked], record: dict[str, Any]) -> list[tuple[int, str]]:
+def _marked(marks: dict[int, Marked], record: dict[str, Any],
+            runtime_pid: int | None) -> list[tuple[int, str]]:
     """``(pid, mark)`` of the live processes marked as the record's: with its execution id
     (every process of its own terminal), or, for a command typed into a main shell, with its
     thread and no execution (the shell's processes: nothing else of that thread runs once
     its guardian is gone). Only the topmost: a survivor's children (a loop's ``sleep``)
-    come and go with it."""
+    come and go with it. The record's own runtime (``runtime_pid``, reported as ``orphan``)
+    is left out first: a shell still dying of its hangup must not hide the ``nohup`` loop
+    it started beneath it."""
     found: dict[int, str] = {}
     for pid, process in marks.items():
         if process.marks.get(EXECUTION_MARK) == record.get("execution_id"):
@@ -90,6 +93,8 @@ def _marked(marks: dict[int, Marked], record: dict[str, Any]) -> list[tuple[int,
         elif (record.get("kind") == "command" and EXECUTION_MARK not in process.marks
               and process.marks.get(THREAD_MARK) == record.get("thread_id")):
             found[pid] = THREAD_MARK
+    if runtime_pid is not None:
+        found.pop(runtime_pid, None)
     return sorted((pid, mark) for pid, mark in found.items() if marks[pid].ppid not in found)
 
 

@@ -410,3 +410,21 @@ async def test_wait_for_turn_on_a_lost_record_says_unknown(client: Client, works
     for proc in processes_with_env("TETHER_EXECUTION_ID", stubborn["execution_id"]):
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+def test_a_shell_still_dying_does_not_hide_what_it_left_running() -> None:
+    """Reconciliation scans /proc right after the guardian died: the main shell may still be
+    dying of its hangup. It is the record's runtime (reported as ``orphan``); the ``nohup``
+    loop beneath it is reported too, not hidden as the child of a marked process."""
+    from tether.shared.identity import Marked
+    from tether.shared.reconcile import EXECUTION_MARK, THREAD_MARK, _marked
+
+    shell, loop, sleep = 100, 200, 300
+    marks = {
+        shell: Marked(1, {THREAD_MARK: "th_a"}),
+        loop: Marked(shell, {THREAD_MARK: "th_a"}),
+        sleep: Marked(loop, {THREAD_MARK: "th_a"}),
+        400: Marked(1, {THREAD_MARK: "th_a", EXECUTION_MARK: "ex_bg"}),  # a job's: not ours
+    }
+    record = {"execution_id": "ex_cmd", "kind": "command", "thread_id": "th_a"}
+    assert _marked(marks, record, shell) == [(loop, THREAD_MARK)]
