@@ -65,11 +65,18 @@ async def thread_mode(session: Session, root: str, scope: dict[str, Any], *,
     known = None if fresh else session.modes.get(key)
     if known is not None and known.name == "wcgw":
         return known, root  # nothing to check, so no cwd needed; the guardian verifies
+    reply = await read_thread_mode(session, root, scope)
+    return ModeSpec.model_validate(reply.mode.wire()), reply.cwd
+
+
+async def read_thread_mode(session: Session, root: str,
+                           scope: dict[str, Any]) -> ThreadModeResult:
+    """The guardian's ``thread.mode`` reply (remembered as a hint); the guardian must have
+    ``thread_modes``."""
     reply: ThreadModeResult = await session.locator.call(root, "thread.mode", scope,
                                                          timeout_s=MODE_RPC_TIMEOUT_S)
-    mode = ModeSpec.model_validate(reply.mode.wire())
-    session.modes.remember(key, mode)
-    return mode, reply.cwd
+    session.modes.remember(_key(session, root, scope), ModeSpec.model_validate(reply.mode.wire()))
+    return reply
 
 
 async def set_thread_mode(

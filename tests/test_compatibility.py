@@ -110,28 +110,40 @@ async def test_front_end_against_each_guardian_version(
             assert not (workspace / "nope").exists()
 
 
-async def test_guardian_refuses_methods_outside_its_version(
-    tether_env: Config, workspace: Path
-) -> None:
-    info = start_guardian(workspace, tether_env, "1.0")
+def raw_replies(info: dict[str, Any], version: list[int],
+                requests: list[tuple[str, dict[str, Any]]],
+                **envelope: Any) -> list[dict[str, Any]]:
+    """Send each ``(method, params)`` to the guardian of ``info`` over a bare DEALER socket
+    speaking ``version`` (a client other than this front-end), and return the replies."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(info["endpoint"])
+    replies = []
     try:
-        sock.send(codec.encode({
-            "v": [1, 2], "id": "x1", "method": "exec.observe", "extra_envelope_key": True,
-            "params": {"principal": "local", "workspace_root": str(workspace),
-                       "thread_id": "th_x", "items": []},
-            "deadline_unix_ms": int((time.time() + 30) * 1000),
-            "guardian_instance_id": info["instance_id"], "auth": info["auth_token"]}))
-        assert sock.poll(5000)
-        reply = codec.decode(sock.recv())
-        assert reply["error"]["code"] == "capability_missing"
-        assert reply["error"]["data"]["capability"] == "observe"
+        for n, (method, params) in enumerate(requests):
+            sock.send(codec.encode({
+                "v": version, "id": f"r{n}", "method": method, "params": params,
+                "deadline_unix_ms": int((time.time() + 30) * 1000),
+                "guardian_instance_id": info["instance_id"], "auth": info["auth_token"],
+                **envelope}))
+            assert sock.poll(5000)
+            replies.append(codec.decode(sock.recv()))
     finally:
         sock.close(0)
         ctx.term()
+    return replies
+
+
+async def test_guardian_refuses_methods_outside_its_version(
+    tether_env: Config, workspace: Path
+) -> None:
+    info = start_guardian(workspace, tether_env, "1.0")
+    [reply] = raw_replies(info, [1, 2], [("exec.observe", {
+        "principal": "local", "workspace_root": str(workspace), "thread_id": "th_x",
+        "items": []})], extra_envelope_key=True)
+    assert reply["error"]["code"] == "capability_missing"
+    assert reply["error"]["data"]["capability"] == "observe"
 
 
 async def test_major_2_guardian_is_refused(tether_env: Config, workspace: Path) -> None:
@@ -313,28 +325,15 @@ async def test_a_guardian_honours_exactly_the_version_it_speaks_for_detection(
     """A guardian started as 1.1 refuses a detection page itself (a client other than this
     front-end may ask): it does not hand out what its version does not advertise."""
     info = start_guardian(workspace, tether_env, "1.1")
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(info["endpoint"])
     scope = {"principal": "local", "workspace_root": str(workspace), "thread_id": "th_x"}
-    try:
-        for rid, method, params in (
-                ("r1", "exec.read", {**scope, "execution_id": "ex_x", "source": "detection"}),
-                ("r2", "exec.observe", {**scope, "items": [
-                    {"execution_id": "ex_x"}, {"execution_id": "ex_x", "source": "detection"}]}),
-                ("r3", "exec.wait", {**scope, "execution_ids": ["ex_x"], "events": ["busy"]})):
-            sock.send(codec.encode({
-                "v": [1, 1], "id": rid, "method": method, "params": params,
-                "deadline_unix_ms": int((time.time() + 30) * 1000),
-                "guardian_instance_id": info["instance_id"], "auth": info["auth_token"]}))
-            assert sock.poll(5000)
-            reply = codec.decode(sock.recv())
-            assert reply["error"]["code"] == "capability_missing", (method, reply)
-            assert reply["error"]["data"]["capability"] == "recognition"
-    finally:
-        sock.close(0)
-        ctx.term()
+    requests = [
+        ("exec.read", {**scope, "execution_id": "ex_x", "source": "detection"}),
+        ("exec.observe", {**scope, "items": [
+            {"execution_id": "ex_x"}, {"execution_id": "ex_x", "source": "detection"}]}),
+        ("exec.wait", {**scope, "execution_ids": ["ex_x"], "events": ["busy"]})]
+    for (method, _), reply in zip(requests, raw_replies(info, [1, 1], requests), strict=True):
+        assert reply["error"]["code"] == "capability_missing", (method, reply)
+        assert reply["error"]["data"]["capability"] == "recognition"
 
 
 async def test_a_guardian_without_list_pages_refuses_before_itself(
@@ -343,24 +342,11 @@ async def test_a_guardian_without_list_pages_refuses_before_itself(
     """A 1.6 guardian would ignore a listing's ``before`` and answer with the newest page
     again: it refuses it itself, for a client other than this front-end."""
     info = start_guardian(workspace, tether_env, "1.6")
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(info["endpoint"])
-    try:
-        sock.send(codec.encode({
-            "v": [1, 6], "id": "l1", "method": "exec.list",
-            "params": {"principal": "local", "workspace_root": str(workspace),
-                       "thread_id": "th_x", "before": 5},
-            "deadline_unix_ms": int((time.time() + 30) * 1000),
-            "guardian_instance_id": info["instance_id"], "auth": info["auth_token"]}))
-        assert sock.poll(5000)
-        reply = codec.decode(sock.recv())
-        assert reply["error"]["code"] == "capability_missing", reply
-        assert reply["error"]["data"]["capability"] == "list_pages"
-    finally:
-        sock.close(0)
-        ctx.term()
+    [reply] = raw_replies(info, [1, 6], [("exec.list", {
+        "principal": "local", "workspace_root": str(workspace), "thread_id": "th_x",
+        "before": 5})])
+    assert reply["error"]["code"] == "capability_missing", reply
+    assert reply["error"]["data"]["capability"] == "list_pages"
 
 
 async def test_doctor_asks_to_restart_a_guardian_older_than_this_front_end(

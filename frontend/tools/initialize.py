@@ -10,7 +10,7 @@ from tether.frontend import results
 from tether.frontend.authority import BASH
 from tether.frontend.guardians import GuardianHandle
 from tether.frontend.health import unresponsive
-from tether.frontend.modes import set_thread_mode, thread_mode
+from tether.frontend.modes import read_thread_mode, set_thread_mode
 from tether.frontend.outputs import INITIALIZE_OUTPUT
 from tether.frontend.schemas import InitializeArgs
 from tether.frontend.tools.base import Progress, Session, Tool
@@ -132,8 +132,8 @@ async def _mode(session: Session, root: str, thread_id: str | None,
                 handle: GuardianHandle | None, thread: dict[str, Any],
                 requested: ModeSpec | None) -> tuple[ModeSpec, ThreadModeResult | None] | None:
     """The thread's mode after this call (setting ``requested`` first) with the guardian's
-    reply when an architect thread's sandbox is worth reporting, or None without a thread.
-    With no guardian running (status) it comes from the catalog on disk."""
+    reply (what an architect thread's sandbox is), or None without a thread. With no
+    guardian running (status) it comes from the catalog on disk, with no reply."""
     if thread_id is None:
         return None
     scope = {"principal": session.principal, "workspace_root": root, "thread_id": thread_id}
@@ -143,10 +143,9 @@ async def _mode(session: Session, root: str, thread_id: str | None,
     if handle is None:
         stored = thread.get("mode")
         return (ModeSpec.model_validate(stored) if stored else ModeSpec()), None
-    mode = (await thread_mode(session, root, scope))[0]
-    if mode.name != "architect" or str(Capability.MODE_SANDBOX) not in handle.capabilities:
-        return mode, None
-    reply = await session.locator.call(root, "thread.mode", scope, timeout_s=STATUS_TIMEOUT_S)
+    if str(Capability.THREAD_MODES) not in handle.capabilities:
+        return ModeSpec(), None  # an older guardian's threads are all wcgw
+    reply = await read_thread_mode(session, root, scope)
     return ModeSpec.model_validate(reply.mode.wire()), reply
 
 

@@ -98,15 +98,8 @@ class Launcher:
                     {"input_sent": False},
                 ) from None
         if shell.busy:
-            running = shell.current.execution_id if shell.current else None
-            raise TetherError(
-                ErrorCode.SHELL_BUSY,
-                "the main shell is still running "
-                + (f"execution {running}" if running else "a command typed into it")
-                + "; wait for it (status_check), interrupt it (send_keys Ctrl-c), "
-                "or run this one with is_background: true",
-                {"input_sent": False, "running_execution_id": running},
-            )
+            raise shell.busy_error("wait for it (status_check), interrupt it (send_keys "
+                                   "Ctrl-c), or run this one with is_background: true")
         if (shell.runtime.rows, shell.runtime.cols) != (params.rows, params.cols):
             shell.resize(params.rows, params.cols)
         live = self._new_execution(thread, params, kind="command", cwd=shell.cwd,

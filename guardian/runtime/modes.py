@@ -66,8 +66,8 @@ class ThreadModes:
         self._known.pop(params.thread_id, None)
         self._catalog.set_thread_mode(params.thread_id, params.mode.model_dump(mode="json"))
         fresh: dict[str, Any] = {}
-        if changed and threads.mode_sandbox and threads.shell_sandboxed(params.thread_id) \
-                is not None:
+        shell = threads.shell(params.thread_id)
+        if changed and threads.mode_sandbox and shell is not None and shell.alive:
             # Checked and stored with no await between: any input from here on is checked
             # against the new mode, and lands in the new shell.
             replaced = await threads.replace_shell(thread)

@@ -31,6 +31,7 @@ from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.markers import Marker, MarkerScanner, rc_text
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
+from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import write_private_file
 
@@ -154,6 +155,17 @@ class MainShell:
     def busy(self) -> bool:
         """A command (ours, or one typed by hand) is running in the foreground."""
         return self.current is not None or self._in_command
+
+    def busy_error(self, advice: str) -> TetherError:
+        """``shell_busy`` while :attr:`busy`: names the running execution, then ``advice``."""
+        running = self.current.execution_id if self.current else None
+        return TetherError(
+            ErrorCode.SHELL_BUSY,
+            "the main shell is still running "
+            + (f"execution {running}" if running else "a command typed into it")
+            + f"; {advice}",
+            {"input_sent": False, "running_execution_id": running},
+        )
 
     def command_line(self, execution_id: str, command: str) -> str:
         """The line to type for ``command``: inline when short, else through a file."""

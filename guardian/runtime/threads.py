@@ -225,13 +225,9 @@ class Threads:
         """``shell_busy`` while a command runs in the thread's main shell."""
         shell = self._shells.get(thread_id)
         if shell is not None and shell.alive and shell.busy:
-            running = shell.current.execution_id if shell.current else None
-            raise TetherError(
-                ErrorCode.SHELL_BUSY,
-                f"the main shell is running {running or 'a command typed into it'}; {doing} "
-                "starts a fresh shell, which would end it. Wait for it (status_check), "
-                "interrupt it (send_keys Ctrl-c), or reset_shell first. Nothing was changed.",
-                {"input_sent": False, "running_execution_id": running})
+            raise shell.busy_error(
+                f"{doing} starts a fresh shell, which would end it. Wait for it (status_check), "
+                "interrupt it (send_keys Ctrl-c), or reset_shell first. Nothing was changed.")
 
     async def reset(self, params: ResetShellParams) -> dict[str, Any]:
         """Replace the main shell: the old one's whole session is ended and reaped, the new
