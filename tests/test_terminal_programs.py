@@ -91,6 +91,25 @@ async def test_cursor_position_query_is_answered(client: Client, workspace: Path
     assert "reply [1;4R" in done["output"]  # row 1, column 4: just after "abc"
 
 
+async def test_main_shell_answers_only_a_terminal_query_someone_still_reads(
+        client: Client, workspace: Path) -> None:
+    """A program in front gets its answer; the shell's own ``read`` gets it; a query left by
+    a program that has already exited is not typed into the prompt (it made the next command
+    line start with ``1R``: "1R: command not found", exit 127)."""
+    session = await initialize(client, workspace)
+    asked = await run(client, session, f"{sys.executable} {PROGRAMS / 'ask_cursor.py'}")
+    assert asked["exit_code"] == 0 and "reply [" in asked["output"]
+    for question in (r"printf '\033[6n'", r"printf 'x\033[c'", r"printf '\033[5n'"):
+        await run(client, session, question)
+        after = await run(client, session, "echo ok")
+        assert (after["exit_code"], after["output"]) == (0, "ok\n"), (question, after)
+    builtin = await run(client, session,
+                        r"IFS=';' read -s -t 5 -d R -p $'\033[6n' row col; echo got ${row#*[} $col")
+    row, col = builtin["output"].split()[1:]
+    assert row.isdigit() and col.isdigit(), builtin
+    assert (await run(client, session, "echo still"))["output"] == "still\n"
+
+
 async def test_window_size_per_execution(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     default = await run(client, session, "stty size")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tether.guardian.runtime import kernel, sandbox
+from tether.guardian.runtime.answers import AnswerGate
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.markers import Marker, MarkerScanner, rc_text
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
@@ -127,8 +128,12 @@ class MainShell:
             on_exit=self._on_exit,
         )
         self.screen.flow = self.runtime.set_reading  # emulation paces a runaway program
+        # The screen's answers to terminal queries reach the shell only while the asker can
+        # read them (answers.py).
+        self._answers = AnswerGate(self.runtime, self._command_running)
         self.current: LiveExecution | None = None
         self._in_command = False  # from a C marker until the kernel confirms the end
+        self._command_no = 0  # command lines started (C markers): which one an answer is for
         self._command_file: Path | None = None
         # An end marker seen, not yet confirmed: its exit code, and the bytes after it (a
         # prompt if the end is real; the command's output if the marker was forged).
@@ -211,7 +216,12 @@ class MainShell:
         self.screen.resize(cols, rows)
 
     def _respond(self, data: bytes) -> None:
-        self.runtime.answer_query(data)
+        self._answers.answer(data)
+
+    def _command_running(self) -> int | None:
+        """The number of the command line running now; None at the prompt (or once its end
+        marker came)."""
+        return self._command_no if self._in_command and self._end is None else None
 
     # -- output and markers ----------------------------------------------------------------
 
@@ -249,6 +259,7 @@ class MainShell:
         elif marker.kind == "C":
             if self._end is None:
                 self._in_command = True
+                self._command_no += 1
                 self._awaiting_start = False
                 self._discard_check = False
         elif marker.kind == "D":
@@ -344,6 +355,7 @@ class MainShell:
 
     def close(self) -> None:
         self.flush_draw()
+        self._answers.close()
         if self._check is not None:
             self._check.cancel()
             self._check = None
