@@ -143,3 +143,24 @@ async def _reports_progress(client: Client, workspace: Path) -> None:
         "action_json": {"type": "command", "command": "echo quick"}}, progress_callback=on_progress)
     assert not quick.is_error
     assert len(ticks) == sent  # a quick command sends none
+
+
+async def test_commands_that_change_the_prompt_hooks_keep_true_ends(
+        client: Client, workspace: Path) -> None:
+    """A command may assign PROMPT_COMMAND (a sourced rc file), put a hook in front of it (as
+    prompt hooks install themselves) or empty PS0: later commands still end, with their own
+    exit status (before: the shell stayed busy for good, or every status read 0)."""
+    session = await initialize(client, workspace)
+    rc = workspace / "rc"
+    rc.write_text("PROMPT_COMMAND='history -a'\n")
+    steps = [
+        ('PROMPT_COMMAND="_hook${PROMPT_COMMAND:+;$PROMPT_COMMAND}"; _hook() { :; }', 0),
+        ("false", 1), ("(exit 7)", 7),
+        (f". {rc}", 0), ("(exit 5)", 5),
+        ("export PROMPT_COMMAND=true", 0), ("(exit 6)", 6),
+        ("PS0=''", 0), ("(exit 4)", 4),
+    ]
+    for command, status in steps:
+        ended = await run(client, session, command, wait=5)
+        assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
+    assert (await run(client, session, "echo still"))["output"] == "still\n"

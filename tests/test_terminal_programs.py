@@ -99,7 +99,10 @@ async def test_main_shell_answers_only_a_terminal_query_someone_still_reads(
     session = await initialize(client, workspace)
     asked = await run(client, session, f"{sys.executable} {PROGRAMS / 'ask_cursor.py'}")
     assert asked["exit_code"] == 0 and "reply [" in asked["output"]
-    for question in (r"printf '\033[6n'", r"printf 'x\033[c'", r"printf '\033[5n'"):
+    # The last: answered to `sleep` in front, which never reads it; the next line's kill-line
+    # key clears it from the prompt.
+    for question in (r"printf '\033[6n'", r"printf 'x\033[c'", r"printf '\033[5n'",
+                     r"printf '\033[6n'; sleep 0.3"):
         await run(client, session, question)
         after = await run(client, session, "echo ok")
         assert (after["exit_code"], after["output"]) == (0, "ok\n"), (question, after)
@@ -108,6 +111,20 @@ async def test_main_shell_answers_only_a_terminal_query_someone_still_reads(
     row, col = builtin["output"].split()[1:]
     assert row.isdigit() and col.isdigit(), builtin
     assert (await run(client, session, "echo still"))["output"] == "still\n"
+
+
+async def test_stray_input_left_at_the_prompt_does_not_start_the_next_command(
+        client: Client, workspace: Path) -> None:
+    """Bytes a command left in its terminal's input (here pushed there with TIOCSTI) reach the
+    prompt's line editor; the kill-line key each typed line starts with throws them away."""
+    session = await initialize(client, workspace)
+    push = ("import fcntl, termios\n"
+            "for c in b'junk': fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))")
+    pushed = await run(client, session, f"{sys.executable} -c \"{push}\"")
+    if pushed["exit_code"] != 0:
+        pytest.skip(f"TIOCSTI is not allowed here: {pushed['output'][-200:]}")
+    after = await run(client, session, "echo ok")
+    assert (after["exit_code"], after["output"]) == (0, "ok\n"), after
 
 
 async def test_window_size_per_execution(client: Client, workspace: Path) -> None:

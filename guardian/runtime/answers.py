@@ -6,29 +6,39 @@ that output is read. By then the shell is often back at its prompt, where readli
 answer for typed input: after ``printf '\\e[6n'`` the next command line began with ``1R``
 (``1R: command not found``, exit 127), so that command did not run as asked.
 
-So an answer goes out only while someone who may read it holds the terminal (the kernel says
-who): when the terminal's foreground process group is not the shell's own, a program runs in
-front and gets its answer at once. When it is the shell's own while a command line runs, the
-shell itself may be asking (the ``read`` builtin, ``read -s -d R -p $'\\e[6n'``), or the
-program that asked has just exited and the command's end marker is on its way: the answer is
-held for :data:`HOLD_S`, then sent unless that end came meanwhile. At the prompt it is
-dropped: nobody asked the line editor anything, and typed into it the answer would become
-part of the next command line.
+So an answer goes in only while someone who may read it holds the terminal (the kernel says
+who). When the terminal's foreground process group is not the shell's own, a program runs in
+front: it gets the answer at once, as from a real terminal. When it is the shell's own while
+a command line runs, either the shell itself asked (the ``read`` builtin,
+``read -s -d R -p $'\\e[6n'``) or the program that asked has exited and the command's end
+marker is on its way: the answer waits until the shell is blocked reading its terminal with
+no output left unread (the end marker would be in it), and is sent then, unless that end came
+first. At the prompt it is dropped: nobody asked the line editor anything.
+
+(A leftover that gets past this, say an answer handed to a program in front that never
+reads it, is cleared by the kill-line key each typed command line starts with:
+``shell.inline_line``.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
+import struct
+import termios
 from collections.abc import Callable
 
+from tether.guardian.runtime import kernel
 from tether.guardian.runtime.pty import PtyRuntime
 
 log = logging.getLogger(__name__)
 
-#: How long an answer waits when the shell itself holds the terminal during a command.
-HOLD_S = 0.05
+#: How often a held answer looks again whether the shell itself reads.
+HOLD_S = 0.01
+#: How long an answer may be held before it is dropped (nobody read it).
+HOLD_MAX_S = 5.0
 
 
 class AnswerGate:
@@ -40,23 +50,23 @@ class AnswerGate:
         its end marker has come."""
         self._runtime = runtime
         self._running = running
-        # (the command line it is for, answer): None until the read that asked has been
-        # seen whole (its own C marker may come in the same read, after the question).
-        self._queued: list[tuple[int | None, bytes]] = []
+        # (the command line it is for, held since, answer): the command line is None until
+        # the read that asked has been seen whole (its C marker may come in the same read,
+        # after the question).
+        self._queued: list[tuple[int | None, float, bytes]] = []
         self._decision: asyncio.Handle | None = None
 
     def answer(self, data: bytes) -> None:
         """Take one answer. It is decided on after the read that asked (whose end marker, if
         any, has been seen by then), never in the middle of it."""
-        self._queued.append((None, data))
-        if self._decision is not None:
-            return
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (unit tests of the screen path): decide now
-            self._decide()
+        except RuntimeError:  # no loop (unit tests of the screen path): send as it comes
+            self._runtime.answer_query(data)
             return
-        self._decision = loop.call_soon(self._decide)
+        self._queued.append((None, loop.time(), data))
+        if self._decision is None:
+            self._decision = loop.call_soon(self._decide)
 
     def _decide(self) -> None:
         self._decision = None
@@ -69,29 +79,42 @@ class AnswerGate:
         except OSError:  # the terminal or the shell is gone: nobody to answer
             return
         if in_front != own:  # a program runs in front: it is the one that reads
-            for _, data in answers:
+            for _, _, data in answers:
                 self._runtime.answer_query(data)
             return
-        # The shell itself holds the terminal. An answer is first held, for the command line
-        # running once its read has been seen whole; it is sent if that command still runs
-        # when the hold ends, and dropped if it has ended (or none ran).
-        now = self._running()
+        now, loop = self._running(), asyncio.get_running_loop()
+        held = now is not None and any(asked_in == now for asked_in, _, _ in answers)
+        reads = held and _shell_reads(fd, pid)
         dropped = 0
-        for asked_in, data in answers:
+        for asked_in, since, data in answers:
             if now is None or (asked_in is not None and asked_in != now):
                 dropped += 1  # its command has ended: the shell is at (or near) its prompt
-            elif asked_in is None:
-                self._queued.append((now, data))
-            else:
+            elif asked_in is not None and reads:
                 self._runtime.answer_query(data)
+            elif loop.time() - since > HOLD_MAX_S:
+                dropped += 1
+            else:
+                self._queued.append((now, since, data))
         if self._queued:
-            self._decision = asyncio.get_running_loop().call_later(HOLD_S, self._decide)
+            self._decision = loop.call_later(HOLD_S, self._decide)
         if dropped:
             log.info("dropped %d answer(s) to terminal queries: the program that asked has "
-                     "ended and the shell is at its prompt", dropped)
+                     "ended", dropped)
 
     def close(self) -> None:
         if self._decision is not None:
             self._decision.cancel()
             self._decision = None
         self._queued.clear()
+
+
+def _shell_reads(fd: int, pid: int) -> bool:
+    """Is the shell itself blocked reading its terminal, with none of its output unread?
+
+    Output still unread may hold the end marker of the command that asked, printed just
+    before the shell went back to reading (at its prompt)."""
+    try:
+        unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return False
+    return unread == 0 and kernel.why_not_at_prompt(fd, pid) is None

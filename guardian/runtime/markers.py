@@ -6,6 +6,15 @@ finishes and ``A`` once per prompt cycle (both from ``PROMPT_COMMAND``). Every m
 carries a per-shell nonce (``aid=``) so output that merely contains OSC 133 (a nested shell,
 ``cat`` of a recording) is ordinary output.
 
+Commands change these variables (a sourced rc file assigns ``PROMPT_COMMAND``, a prompt hook
+puts itself in front of it, ``PS0=''``), and a lost marker would leave the thread's shell
+busy for good, or report another command's exit status. So the hook that marks the end is
+also the last element of ``PROMPT_COMMAND`` (an array from bash 5.1; bash gives every element
+the command line's status), which a plain assignment does not touch, and it marks the end
+whenever the first hook did not; and every prompt puts ``PS0``'s part back. Replacing the
+whole array (``PROMPT_COMMAND=(...)``, ``unset``) or ``exec bash`` still loses the markers:
+the command then shows as running (``Initialize reset_shell`` gives a fresh shell).
+
 The nonce is kept from child processes: the rc file deletes itself before anything else
 runs, the nonce lives in a shell variable that is never exported, and neither ``PS0`` nor
 ``PS1`` contains it (they name variables). What runs *inside* the shell process (a sourced
@@ -33,21 +42,48 @@ export -n __tether_nonce __tether_c
 # Tether types ` . <command file>`; keep those lines out of the user's history.
 HISTCONTROL="ignorespace${HISTCONTROL:+:$HISTCONTROL}"
 __tether_cmd=0
-__tether_prompt() {
-  local s=$?
+__tether_marked=0
+__tether_guarded=
+__tether_marks() {
   # D and A in one printf: one write, so the end and the new prompt cycle reach Tether
   # in one read instead of two.
   if [ "$__tether_cmd" = 1 ]; then
     __tether_cmd=0
-    printf '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$s" "$__tether_nonce" "$__tether_nonce"
+    printf '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$1" "$__tether_nonce" "$__tether_nonce"
   else
     printf '\e]133;A;aid=%s\a' "$__tether_nonce"
   fi
+  __tether_marked=1
+  # The next command line's C comes from PS0: put it back if a command dropped it (PS0='').
+  [[ $PS0 == *"$__tether_ps0"* ]] || PS0="$__tether_ps0$PS0"
+}
+# First in PROMPT_COMMAND: $? is the command line's status. Once something was put in front
+# of it (PROMPT_COMMAND="hook;$PROMPT_COMMAND", as prompt hooks install themselves), $? is
+# that thing's status: then the guard below marks the end instead.
+__tether_prompt() {
+  local s=$?
+  if [ -z "$__tether_guarded" ] || [[ ${PROMPT_COMMAND[0]} == __tether_prompt* ]]; then
+    __tether_marks "$s"
+  fi
+}
+# The last element of PROMPT_COMMAND (an array from bash 5.1), which bash runs with the
+# command line's status in $? as it does every element: it marks the end when the first
+# hook did not (pushed back, or gone: PROMPT_COMMAND='x' or a sourced rc file assigns
+# element 0 only).
+__tether_guard() {
+  local s=$?
+  [ "$__tether_marked" = 1 ] || __tether_marks "$s"
+  __tether_marked=0
 }
 PROMPT_COMMAND="__tether_prompt${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
+if (( BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1) )); then
+  __tether_guarded=1
+  PROMPT_COMMAND[65535]=__tether_guard
+fi
 # PS0 is expanded just before a command line runs: print C (named, not spelled out), and set
 # the flag through an arithmetic side effect inside an empty substring expansion.
-PS0='${__tether_c}${__tether_cmd:0:$((__tether_cmd=1,0))}'"${PS0:-}"
+__tether_ps0='${__tether_c}${__tether_cmd:0:$((__tether_cmd=1,0))}'
+PS0="$__tether_ps0${PS0:-}"
 """
 
 

@@ -6,6 +6,9 @@ of leaving the shell waiting at a continuation prompt: a short command as
 `` eval $'<command>'`` with every byte that readline or history expansion could act on
 escaped, a long one written to a private file and run as `` . <file>`` (readline redraws a
 long line as it is typed). The bytes between ``C`` and ``D`` are the execution's output.
+Each line starts with the kill-line key (``Ctrl-u``, :data:`KILL_LINE`): stray input already
+in the line editor (a late answer to a terminal query, a person's half-typed line) is
+discarded instead of becoming the start of the command.
 
 An end marker is only a claim: the command has ended when the kernel confirms that the
 shell is back at its prompt (``kernel.why_not_at_prompt``), checked right after the marker
@@ -49,6 +52,11 @@ _INLINE = [
 ]
 
 
+#: Readline's unix-line-discard (the terminal's own kill character in a line without an
+#: editor): what stands before a typed command line on the prompt is thrown away.
+KILL_LINE = "\x15"
+
+
 def inline_line(command: str) -> str | None:
     """`` eval $'...'`` typing ``command`` in one line without a file, or None if too long.
 
@@ -61,7 +69,7 @@ def inline_line(command: str) -> str | None:
     body = "".join([_INLINE[b] for b in data])
     if len(body) > INLINE_MAX:
         return None
-    return f" eval $'{body}\\n'\r"
+    return f"{KILL_LINE} eval $'{body}\\n'\r"
 
 
 #: Delays between kernel checks after an end marker (the last one repeats).
@@ -183,7 +191,7 @@ class MainShell:
         write_private_file(path, command.encode() + b"\n", durable=False)
         self._command_file = path
         # A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc).
-        return f" . {shlex.quote(str(path))}\r"
+        return f"{KILL_LINE} . {shlex.quote(str(path))}\r"
 
     def attach(self, live: LiveExecution) -> None:
         """``live`` is the execution whose output the next C..D window belongs to."""
