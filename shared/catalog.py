@@ -975,6 +975,59 @@ def peek_thread(path: Path, thread_id: str) -> dict[str, Any] | None:
         db.close()
 
 
+def open_left_behind(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the catalog of a guardian that is gone, that writes nothing.
+
+    ``mode=ro`` alone is not enough: after a crash, opening a catalog in WAL mode rebuilds
+    the log's index in its ``-shm`` file, and an empty ``-wal`` file is made where there was
+    none. So a log is read through its index opened read-only (``readonly_shm``: as no live
+    writer vouches for the index, SQLite reads the log into its own memory), and a catalog
+    without a log (closed cleanly, or checkpointed to the end: everything is in the main
+    file) is read as the immutable file it is. A log without its index, or a rollback
+    journal, cannot be read without writing: that is ``sqlite3.OperationalError``, as is a
+    catalog locked for longer than two seconds.
+
+    For catalogs no guardian is writing: with a live writer, a read-only index may give an
+    older snapshot (``peek_thread`` reads a live catalog).
+    """
+    wal, shm, journal = (path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))
+    log_bytes = 0
+    with contextlib.suppress(FileNotFoundError):
+        log_bytes = wal.stat().st_size
+    if journal.exists() or (log_bytes and not shm.exists()):
+        raise sqlite3.OperationalError(
+            "it has a log left to recover, which only a guardian does: reading it here "
+            "would write")
+    options = "readonly_shm=1" if log_bytes else "immutable=1"
+    db = sqlite3.connect(f"file:{path}?mode=ro&{options}", uri=True, timeout=2.0)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def peek_workspace(path: Path, limit: int) -> dict[str, Any] | None:
+    """Every thread, the newest ``limit`` records of the workspace and the count of records
+    per status, read from the catalog of a guardian that is gone as they are on disk (what
+    ``workspace.list`` answers, in the same order: threads oldest first, records newest
+    first), with ``catalog_cursor``. ``None`` when there is no catalog; an unreadable one
+    raises ``sqlite3.Error``."""
+    if not path.exists():
+        return None
+    db = open_left_behind(path)
+    try:
+        db.execute("BEGIN")  # one snapshot for all three reads
+        threads = [dict(row) for row in db.execute(
+            "SELECT * FROM threads ORDER BY created_unix_ms")]
+        records = [_decode_row(row) for row in db.execute(
+            "SELECT * FROM executions ORDER BY seq DESC LIMIT ?", (limit,))]
+        counts = {str(row[0]): int(row[1]) for row in db.execute(
+            "SELECT status, count(*) FROM executions GROUP BY status")}
+        cursor = db.execute("SELECT value FROM meta WHERE key = 'change_seq'").fetchone()
+        return {"threads": threads, "executions": records, "counts": counts,
+                "catalog_cursor": int(cursor[0]) if cursor else 0}
+    finally:
+        db.close()
+
+
 def peek_execution(path: Path, execution_id: str) -> dict[str, Any] | None:
     """An execution's record with its thread, prompt receipts, and agent and person events,
     read straight from a catalog file, read-only, without a guardian: what ``tether show``
@@ -982,9 +1035,8 @@ def peek_execution(path: Path, execution_id: str) -> dict[str, Any] | None:
     such record; an unreadable catalog raises ``sqlite3.Error``."""
     if not path.exists():
         return None
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+    db = open_left_behind(path)
     try:
-        db.row_factory = sqlite3.Row
         row = db.execute("SELECT * FROM executions WHERE execution_id = ?",
                          (execution_id,)).fetchone()
         if row is None:

@@ -22,7 +22,14 @@ import pytest
 from mcp import Client
 
 from tests.agent_helpers import launch
-from tests.helpers import poll, sigstop, start_guardian, tether_processes
+from tests.helpers import (
+    kill_tree,
+    poll,
+    processes_with_env,
+    sigstop,
+    start_guardian,
+    tether_processes,
+)
 from tests.mcp_helpers import bash, execution, initialize, run
 from tests.person_terminal import TETHER, PersonTerminal
 from tether.frontend.guardians import HELLO_TIMEOUT_S, read_info, spawn_guardian
@@ -438,3 +445,126 @@ async def test_show_tail_and_attach_read_a_lost_guardians_record_from_disk(
     assert found is not None and found["execution"]["status"] == "running"
     missing = tether("show", "ex_0000000000000000")
     assert missing.returncode == 2 and "[not_found]" in missing.stderr
+
+
+def _files_of(catalog: Path) -> dict[str, tuple[bytes, int]]:
+    """The bytes and mtime of a catalog, its write-ahead log and its log index."""
+    found = {}
+    for path in (catalog, *(catalog.with_name(catalog.name + end) for end in ("-wal", "-shm"))):
+        with contextlib.suppress(FileNotFoundError):
+            found[path.name] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return found
+
+
+async def test_ls_lists_a_lost_guardians_threads_and_records_from_disk(
+    tether_env: Config, workspace: Path
+) -> None:
+    """A crashed guardian's block in ``tether ls`` lists its threads and records as its
+    catalog has them (a finished command exited, one it left running unknown
+    (guardian_lost)), in the order and shape a live guardian's listing has, read-only:
+    nothing started, and no byte of the catalog, its log or its log's index changed."""
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        finished = (await run(client, session, "echo finished-before; (exit 3)"))["execution_id"]
+        running = await _background(client, session, "echo still-here; sleep 300")
+        await _wait_for_output(client, session, running, "still-here")
+    try:
+        live = json.loads(tether("ls", "--json").stdout)[0]
+        guardian = psutil.Process(session["guardian"]["pid"])
+        guardian.kill()
+        guardian.wait(timeout=10)
+        catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
+        before = _files_of(catalog)
+        # The case that matters: a crash leaves the log and its index, which opening the
+        # catalog even with mode=ro would rebuild (rewriting the -shm file).
+        assert set(before) == {catalog.name, f"{catalog.name}-wal", f"{catalog.name}-shm"}
+
+        listed = tether("ls")
+        assert listed.returncode == 1, listed.stderr  # EXIT_INCOMPLETE: it is gone all the same
+        assert "Traceback" not in listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0] == (f"{workspace}  pid {guardian.pid}  GONE: read from its files on "
+                            "disk; `tether doctor` says how to clear it")
+        assert f"{session['thread_id']} (no shell)" in lines[1], lines[1]
+        assert "running" not in lines[1] and "shell idle" not in lines[1]
+        cells = {row[0]: row for row in (re.split(r"\s{2,}", line.strip()) for line in lines[2:])}
+        assert cells[finished][2:4] == ["exited", "3"], cells[finished]
+        assert cells[running][2:4] == ["unknown (guardian_lost)", "-"], cells[running]
+        assert cells[running][-1] == "echo still-here; sleep 300"
+        assert list(cells)[1:] == [r["execution_id"] for r in live["executions"]]  # newest first
+
+        as_json = tether("ls", "--json")
+        assert as_json.returncode == 1, as_json.stderr
+        item = json.loads(as_json.stdout)[0]
+        assert item["source"] == "disk" and item["error"]["code"] == "guardian_gone"
+        assert item["guardian"]["alive"] is False
+        assert set(item) == {*live, "source", "error"}  # a live guardian's item, and whence
+        records = {r["execution_id"]: r for r in item["executions"]}
+        assert list(records) == [r["execution_id"] for r in live["executions"]]
+        for was in live["executions"]:
+            assert set(records[was["execution_id"]]) == set(was)
+        assert records[finished]["status"] == "exited" and records[finished]["exit_code"] == 3
+        assert records[running]["status"] == "unknown" and records[running]["exit_code"] is None
+        assert records[running]["reason"] == "guardian_lost"
+        assert "running" not in item["counts"]
+        assert sum(item["counts"].values()) == sum(live["counts"].values())
+        assert [t["thread_id"] for t in item["threads"]] == [
+            t["thread_id"] for t in live["threads"]]
+        assert all(t["shell_alive"] is False for t in item["threads"])
+        every = json.loads(tether("ls", "--all", "--json", "--workspace", str(workspace)).stdout)
+        assert [r["execution_id"] for r in every[0]["executions"]] == list(records)
+        shown = json.loads(tether("show", running, "--json").stdout)  # read the same way
+        assert records[running]["output_end"] == shown["execution"]["output_end"] > 0
+
+        # Looking changed nothing: no guardian started, the files are as the crash left them.
+        assert tether_processes(tether_env.runtime_dir, "tether-guardian") == []
+        assert _files_of(catalog) == before
+        found = peek_execution(catalog, running)
+        assert found is not None and found["execution"]["status"] == "running"
+    finally:
+        kill_tree(tether_env.runtime_dir)  # the shells and the sleep the guardian left
+        poll(lambda: not processes_with_env("TETHER_RUNTIME_DIR", str(tether_env.runtime_dir)),
+             what="every process the test started to end")
+
+
+async def test_ls_says_why_a_lost_guardians_catalog_cannot_be_read(
+    tether_env: Config, tmp_path: Path
+) -> None:
+    """A gone guardian whose catalog is missing, not a catalog, or has a log that only a
+    guardian may recover is one GONE line with the reason: no traceback, nothing written."""
+    gone = subprocess.Popen(["true"])  # a pid that no longer runs
+    gone.wait()
+    ensure = tether("ls")  # makes the runtime dir as tether makes it
+    assert ensure.returncode == 0, ensure.stderr
+    cases = {"missing": None, "corrupt": b"not a catalog" * 400, "log": b""}
+    for name, content in cases.items():
+        key = f"{name:0<20}"
+        (tether_env.runtime_dir / key).mkdir(mode=0o700)
+        (tether_env.runtime_dir / key / "guardian.json").write_text(json.dumps({
+            "instance_id": name, "pid": gone.pid, "create_time": 1.0, "boot_id": "x",
+            "endpoint": "ipc:///nowhere", "auth_token": "t", "protocol": "1.3",
+            "principal": "local", "workspace_root": str(tmp_path / name)}))
+        if content is None:
+            continue
+        state = tether_env.state_home / "guardians" / key
+        state.mkdir(parents=True)
+        (state / "catalog.sqlite3").write_bytes(content)
+        if name == "log":  # a log left by a crash whose index (-shm) is gone
+            (state / "catalog.sqlite3-wal").write_bytes(b"frames" * 100)
+    looked = sorted(p.name for p in tether_env.state_home.rglob("*"))
+
+    listed = tether("ls")
+    assert listed.returncode == 1 and "Traceback" not in listed.stderr, listed.stderr
+    blocks = {block.split("  ")[0]: block for block in listed.stdout.split("\n\n")}
+    for name in cases:
+        head, why = blocks[str(tmp_path / name)].splitlines()
+        assert head.endswith("  GONE"), head
+        assert why.startswith("  guardian.json names a process that is gone; ")
+        assert why.endswith("; `tether doctor` says how to clear it")
+    assert "it left no catalog" in blocks[str(tmp_path / "missing")]
+    assert "could not be read (file is not a database)" in blocks[str(tmp_path / "corrupt")]
+    assert "log left to recover" in blocks[str(tmp_path / "log")]
+    items = json.loads(tether("ls", "--json").stdout)
+    assert {i["error"]["code"] for i in items} == {"guardian_gone"}
+    assert not any("source" in i or "executions" in i for i in items)
+    assert sorted(p.name for p in tether_env.state_home.rglob("*")) == looked

@@ -1,11 +1,15 @@
-"""``tether ls``: guardians, their threads and executions, as tables (or ``--json``)."""
+"""``tether ls``: guardians, their threads and executions, as tables (or ``--json``).
+
+A guardian that is gone is listed from the catalog it left, read-only (``offline.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import shutil
+import sqlite3
 import sys
 import time
 from typing import Any
@@ -13,6 +17,7 @@ from typing import Any
 import psutil
 
 from tether.frontend.person.connect import Found, guardians, run_cli, workspace_arg
+from tether.frontend.person.offline import list_on_disk
 from tether.frontend.person.term import Progress, table, visible
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import MAX_WORKSPACE_LIST
@@ -22,6 +27,9 @@ DEFAULT_LIMIT = 20
 #: Exit status when some guardian could not be looked into (gone, stopped, too old): the
 #: rest is listed all the same, and each such guardian's line says why and what to do.
 EXIT_INCOMPLETE = 1
+#: What a gone guardian's line says: where its listing comes from, and what to do.
+GONE = "guardian.json names a process that is gone"
+CLEAR = "`tether doctor` says how to clear it"
 
 
 def age(ms: float | None, now_ms: float) -> str:
@@ -72,9 +80,7 @@ async def collect(config: Config, workspace: str | None, limit: int) -> list[dic
         for entry in found:
             item: dict[str, Any] = {"guardian": guardian_facts(entry, time.time() * 1000)}
             if not entry.alive:
-                item["error"] = {"code": "guardian_gone",
-                                 "message": "guardian.json names a process that is gone; "
-                                            "`tether doctor` says how to clear it"}
+                item.update(await gone(entry, limit))
             else:
                 try:
                     listing = await entry.call("workspace.list", {"limit": limit})
@@ -84,6 +90,26 @@ async def collect(config: Config, workspace: str | None, limit: int) -> list[dic
                     item["error"] = err.to_wire()
             out.append(item)
     return out
+
+
+async def gone(entry: Found, limit: int) -> dict[str, Any]:
+    """A gone guardian's item: what its catalog holds, read from disk (``source: disk``), or
+    why it could not be read. Either way ``error`` says it is gone (``guardian_gone``), for
+    the exit status and for scripts that look for it."""
+    catalog = entry.paths.state / "catalog.sqlite3"
+    try:
+        listing = await asyncio.to_thread(list_on_disk, entry.paths.state, entry.scope(), limit)
+    except (sqlite3.Error, OSError, ValueError) as err:
+        why = f"its catalog {catalog} could not be read ({err})"
+    else:
+        if listing is not None:
+            return {"threads": listing["threads"], "executions": listing["executions"],
+                    "counts": listing["counts"], "source": "disk",
+                    "error": {"code": "guardian_gone",
+                              "message": f"{GONE}; what is listed was read from its files on "
+                                         f"disk; {CLEAR}"}}
+        why = f"it left no catalog ({catalog})"
+    return {"error": {"code": "guardian_gone", "message": f"{GONE}; {why}; {CLEAR}"}}
 
 
 def _shell(thread: dict[str, Any]) -> str:
@@ -103,10 +129,12 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
                 f"up {age(g.get('started_unix_ms'), now_ms)}  rss {rss}")
         if not g["alive"]:
             head = f"{g['workspace_root']}  pid {g['pid']}  GONE"
+        if item.get("source") == "disk":
+            head += f": read from its files on disk; {CLEAR}"
         # Lines built here hold paths and guardian answers: made visible whole (the table
         # makes its own cells visible).
         lines = [visible(head)]
-        if "error" in item:
+        if "threads" not in item:
             lines.append(f"  {visible(item['error']['message'])}")
         else:
             threads = item["threads"]
@@ -130,9 +158,10 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="tether ls", description="List guardians, their threads and executions. Exit "
-        f"status {EXIT_INCOMPLETE} when some guardian could not be looked into (gone, stopped, "
-        "too old); its line says why and what to do.")
+        prog="tether ls", description="List guardians, their threads and executions (a gone "
+        "guardian's read from the files it left, read-only). Exit status "
+        f"{EXIT_INCOMPLETE} when some guardian could not be looked into (gone, stopped, too "
+        "old); its line says why and what to do.")
     parser.add_argument("--workspace", type=workspace_arg, help="only this workspace's guardian")
     parser.add_argument("--all", action="store_true",
                         help=f"every retained record (up to {MAX_WORKSPACE_LIST} per guardian), "

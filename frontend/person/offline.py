@@ -1,5 +1,5 @@
-"""An execution whose guardian is gone, read from the files it left (``tether show``,
-``tail`` and ``attach`` after a crash).
+"""Executions whose guardian is gone, read from the files it left (``tether show``,
+``tail``, ``attach`` and ``ls`` after a crash).
 
 A guardian keeps its catalog and output journals on disk, so a record outlives it. When no
 running guardian holds an execution, its record and retained output are read from there,
@@ -19,15 +19,65 @@ from pathlib import Path
 from typing import Any
 
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.results import DescribeResult, StreamResult
-from tether.shared.catalog import AGENT_COLUMNS, TERMINAL_STATUSES, peek_execution
+from tether.protocol.results import DescribeResult, StreamResult, WorkspaceListResult
+from tether.shared.catalog import AGENT_COLUMNS, TERMINAL_STATUSES, peek_execution, peek_workspace
 from tether.shared.config import Config
-from tether.shared.segments import Segment, scan_segments, window
+from tether.shared.segments import Segment, journal_figures, scan_segments, window
 
 #: Catalog columns that are not part of the record as clients see it (as a guardian hides
 #: them: guardian/history/records.py).
 _INTERNAL = ("seq", "change_seq")
 _AGENT_ONLY = (*(name for name, _ in AGENT_COLUMNS), "parent_workspace")
+
+
+def status_now(status: str) -> str:
+    """What a status read from the catalog of a guardian that is gone stands for: one that
+    is not terminal was left so by that guardian, so its end was never seen (R13)."""
+    return status if status in TERMINAL_STATUSES else "unknown"
+
+
+def as_reconciled(record: dict[str, Any]) -> str:
+    """``record`` shown the way reconciliation will record it (``Catalog.mark_lost``):
+    ``unknown`` (``guardian_lost``) without an exit code when it was not terminal. Returns
+    the status the catalog gives."""
+    was = str(record.get("status"))
+    if status_now(was) != was:
+        record.update(status="unknown", exit_code=None, reason="guardian_lost")
+    return was
+
+
+def client_view(record: dict[str, Any]) -> dict[str, Any]:
+    """The record without the catalog's own columns, as a guardian hands it to clients."""
+    hidden = _INTERNAL if record.get("kind") == "agent" else (*_INTERNAL, *_AGENT_ONLY)
+    return {k: v for k, v in record.items() if k not in hidden}
+
+
+def list_on_disk(state: Path, scope: dict[str, Any], limit: int) -> dict[str, Any] | None:
+    """What ``workspace.list`` would answer for the guardian whose state directory is
+    ``state``, read from the catalog it left: records as they are on disk, those it left
+    running shown as reconciliation will record them, and every thread without a shell (its
+    shells died with it). ``scope``: its principal and workspace root. ``None`` when it left
+    no catalog; an unreadable one raises ``sqlite3.Error`` (or ``ValueError``, for rows that
+    are not records)."""
+    found = peek_workspace(state / "catalog.sqlite3", limit)
+    if found is None:
+        return None
+    counts: dict[str, int] = {}
+    for status, count in found["counts"].items():
+        now = status_now(status)
+        counts[now] = counts.get(now, 0) + count
+    for record in found["executions"]:
+        if as_reconciled(record) != record["status"]:
+            # A guardian persists output figures when a command ends (a live view reads
+            # them from the journal): for one it left running, the journal has them.
+            figures = journal_figures(state / "journals", str(record["execution_id"]))
+            if figures is not None:
+                record["output_start"], record["output_end"] = figures
+    return WorkspaceListResult.model_validate({
+        **scope, "catalog_cursor": found["catalog_cursor"], "counts": counts,
+        "threads": [{**t, "shell_alive": False, "shell_busy": False} for t in found["threads"]],
+        "executions": [client_view(record) for record in found["executions"]],
+    }).wire()
 
 
 @dataclass
@@ -44,10 +94,7 @@ class OnDisk:
         self.info = {"workspace_root": record.get("workspace_root"),
                      "principal": record.get("principal"),
                      "instance_id": record.get("guardian_instance_id")}
-        self.was = str(record.get("status"))
-        if self.was not in TERMINAL_STATUSES:
-            # Its guardian is gone, so its end was never seen (R13).
-            record.update(status="unknown", exit_code=None, reason="guardian_lost")
+        self.was = as_reconciled(record)
         segments = self._segments()
         if segments:
             record["output_start"], record["output_end"] = window(segments)
@@ -87,9 +134,7 @@ class OnDisk:
         await asyncio.Event().wait()
 
     def _describe(self) -> dict[str, Any]:
-        record = dict(self.found["execution"])
-        hidden = _INTERNAL if record.get("kind") == "agent" else (*_INTERNAL, *_AGENT_ONLY)
-        view = {k: v for k, v in record.items() if k not in hidden}
+        view = client_view(self.found["execution"])
         described = DescribeResult.model_validate({
             "execution": view, "thread": self.found["thread"], "live": False,
             "receipts": self.found["receipts"], "agent_events": self.found["agent_events"],
