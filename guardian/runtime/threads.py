@@ -15,7 +15,6 @@ nothing, and that silence is what ``guardian_lost`` means.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -283,14 +282,15 @@ class Threads:
 
     def command_finished(self, live: LiveExecution, exit_code: int | None) -> None:
         shell = self._shells.get(live.thread_id)
+        if shell is not None and shell.cwd != self._saved_cwd.get(live.thread_id):
+            # A shell that replaces this one after a crash starts where this one was: written
+            # before the reply (a commit on the path of the rare command that changes
+            # directory), so that a client that saw the new cwd finds it after a crash.
+            self._saved_cwd[live.thread_id] = shell.cwd
+            self._remember_end(shell, None)
         # The shell's screen lives on: its text is written just after the end is answered.
         defer = shell.defer_draw if shell is not None and shell.screen is live.screen else None
         self._finisher.finish(live, exit_code, defer_screen=defer)
-        if shell is not None and shell.cwd != self._saved_cwd.get(live.thread_id):
-            # A shell that replaces this one after a crash starts where this one was; written
-            # after the reply (the waiter's wake-up was queued first).
-            self._saved_cwd[live.thread_id] = shell.cwd
-            asyncio.get_running_loop().call_soon(self._remember_end, shell, None)
 
     def marker_ignored(self, live: LiveExecution, detail: str) -> None:
         """A marker the kernel did not confirm: kept as an event of the execution."""
