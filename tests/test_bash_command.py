@@ -8,7 +8,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.mcp_helpers import bash, call_error, initialize, run
+from tests.mcp_helpers import bash, call_error, execution, initialize, run
 from tether.frontend.server import build_server
 from tether.shared.config import Config
 
@@ -164,3 +164,22 @@ async def test_commands_that_change_the_prompt_hooks_keep_true_ends(
         ended = await run(client, session, command, wait=5)
         assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
     assert (await run(client, session, "echo still"))["output"] == "still\n"
+
+
+async def test_commands_that_redirect_the_shells_own_output_keep_true_ends(
+        client: Client, workspace: Path) -> None:
+    """exec >file and exec 2>/dev/null send the shell's stdout or stderr (where PS0 prints a
+    command's start) away from its terminal: later commands still end with their own status
+    (before: the shell stayed busy for good, or they were called discarded though they ran),
+    and a command whose start could not be seen says so in its events."""
+    session = await initialize(client, workspace)
+    for command, status in ((f"exec >{workspace / 'log'}", 0), ("echo to-the-log", 0),
+                            ("(exit 3)", 3), ("exec >/dev/tty 2>/dev/null", 0),
+                            ("echo unseen", 0), ("(exit 4)", 4)):
+        ended = await run(client, session, command, wait=5)
+        assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
+    assert (workspace / "log").read_text() == "to-the-log\n"
+    got = (await execution(client, session, {
+        "type": "get", "execution_id": ended["execution_id"]}))["data"]
+    assert [e["kind"] for e in got["events"]] == ["marker_ignored"], got["events"]
+    assert "start marker not seen" in got["events"][0]["detail"], got["events"]

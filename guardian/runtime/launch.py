@@ -99,7 +99,9 @@ class Launcher:
                 ) from None
         if shell.busy:
             raise shell.busy_error("wait for it (status_check), interrupt it (send_keys "
-                                   "Ctrl-c), or run this one with is_background: true")
+                                   "Ctrl-c), or run this one with is_background: true; if it "
+                                   "never ends (a shell or REPL waiting in front, exec bash), "
+                                   "Initialize type=reset_shell gives the thread a fresh shell")
         if (shell.runtime.rows, shell.runtime.cols) != (params.rows, params.cols):
             shell.resize(params.rows, params.cols)
         live = self._new_execution(thread, params, kind="command", cwd=shell.cwd,

@@ -11,7 +11,11 @@ puts itself in front of it, ``PS0=''``), and a lost marker would leave the threa
 busy for good, or report another command's exit status. So the hook that marks the end is
 also the last element of ``PROMPT_COMMAND`` (an array from bash 5.1; bash gives every element
 the command line's status), which a plain assignment does not touch, and it marks the end
-whenever the first hook did not; and every prompt puts ``PS0``'s part back. Replacing the
+whenever the first hook did not; every prompt puts ``PS0``'s part back; and D and A are
+written to ``/dev/tty``, not to stdout, which a command may send elsewhere (``exec >log``).
+``C`` comes from ``PS0``, which bash prints to its stderr: after ``exec 2>/dev/null`` a
+command's D comes without its C, and the shell (``shell.py``) ends it all the same, with an
+event saying its output could not be captured. Replacing the
 whole array (``PROMPT_COMMAND=(...)``, ``unset``) or ``exec bash`` still loses the markers:
 the command then shows as running (``Initialize reset_shell`` gives a fresh shell).
 
@@ -46,13 +50,16 @@ __tether_marked=0
 __tether_guarded=
 __tether_marks() {
   # D and A in one printf: one write, so the end and the new prompt cycle reach Tether
-  # in one read instead of two.
+  # in one read instead of two. To the terminal itself: a command may have sent the
+  # shell's stdout elsewhere (exec >log).
+  local marks
   if [ "$__tether_cmd" = 1 ]; then
     __tether_cmd=0
-    printf '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$1" "$__tether_nonce" "$__tether_nonce"
+    printf -v marks '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$1" "$__tether_nonce" "$__tether_nonce"
   else
-    printf '\e]133;A;aid=%s\a' "$__tether_nonce"
+    printf -v marks '\e]133;A;aid=%s\a' "$__tether_nonce"
   fi
+  printf '%s' "$marks" 2>/dev/null >/dev/tty || printf '%s' "$marks"
   __tether_marked=1
   # The next command line's C comes from PS0: put it back if a command dropped it (PS0='').
   [[ $PS0 == *"$__tether_ps0"* ]] || PS0="$__tether_ps0$PS0"

@@ -271,6 +271,15 @@ class MainShell:
                 self._awaiting_start = False
                 self._discard_check = False
         elif marker.kind == "D":
+            if not self._in_command and self._awaiting_start and self.current is not None:
+                # The shell prints D only after PS0 ran for a command line, so our line ran
+                # though its C never came: PS0 goes to the shell's stderr, which a command
+                # sent elsewhere (exec 2>/dev/null). What it printed cannot be told from the
+                # line's echo: kept as an event, and the end is the D's.
+                self._in_command = True
+                self._awaiting_start = False
+                self._ignored("start marker not seen (the shell's stderr does not reach its "
+                              "terminal): the command ran, but its output was not captured")
             if not self._in_command:
                 self._ignored(f"end marker (exit {marker.exit_code}) while no command line ran")
                 return
