@@ -12,7 +12,8 @@ busy for good, or report another command's exit status. So the hook that marks t
 also the last element of ``PROMPT_COMMAND`` (an array from bash 5.1; bash gives every element
 the command line's status), which a plain assignment does not touch, and it marks the end
 whenever the first hook did not; every prompt puts ``PS0``'s part back; and D and A are
-written to ``/dev/tty``, not to stdout, which a command may send elsewhere (``exec >log``).
+written to the terminal bash keeps for job control (fd 255), not to stdout, which a command
+may send elsewhere (``exec >log``).
 ``C`` comes from ``PS0``, which bash prints to its stderr: after ``exec 2>/dev/null`` a
 command's D comes without its C, and the shell (``shell.py``) ends it all the same, with an
 event saying its output could not be captured. Replacing the
@@ -47,11 +48,13 @@ export -n __tether_nonce __tether_c
 HISTCONTROL="ignorespace${HISTCONTROL:+:$HISTCONTROL}"
 __tether_cmd=0
 __tether_marked=0
+# Markers go to the terminal itself, not to stdout, which a command may send elsewhere
+# (exec >log): fd 255, the copy of the terminal bash keeps for job control, when it has one.
+if { true >&255; } 2>/dev/null; then __tether_fd=255; else __tether_fd=1; fi
 __tether_guarded=
 __tether_marks() {
   # D and A in one printf: one write, so the end and the new prompt cycle reach Tether
-  # in one read instead of two. To the terminal itself: a command may have sent the
-  # shell's stdout elsewhere (exec >log).
+  # in one read instead of two. To the terminal itself (see __tether_fd).
   local marks
   if [ "$__tether_cmd" = 1 ]; then
     __tether_cmd=0
@@ -59,7 +62,7 @@ __tether_marks() {
   else
     printf -v marks '\e]133;A;aid=%s\a' "$__tether_nonce"
   fi
-  printf '%s' "$marks" 2>/dev/null >/dev/tty || printf '%s' "$marks"
+  printf '%s' "$marks" >&"$__tether_fd"
   __tether_marked=1
   # The next command line's C comes from PS0: put it back if a command dropped it (PS0='').
   [[ $PS0 == *"$__tether_ps0"* ]] || PS0="$__tether_ps0$PS0"
