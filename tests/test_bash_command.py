@@ -164,6 +164,9 @@ async def test_commands_that_change_the_prompt_hooks_keep_true_ends(
         ended = await run(client, session, command, wait=5)
         assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
     assert (await run(client, session, "echo still"))["output"] == "still\n"
+    # A PS0 of the user's own prints before the start marker: not part of the output.
+    await run(client, session, "PS0='[ps0] '")
+    assert (await run(client, session, "echo mine"))["output"] == "mine\n"
 
 
 async def test_commands_that_redirect_the_shells_own_output_keep_true_ends(

@@ -65,7 +65,7 @@ __tether_marks() {
   printf '%s' "$marks" >&"$__tether_fd"
   __tether_marked=1
   # The next command line's C comes from PS0: put it back if a command dropped it (PS0='').
-  [[ $PS0 == *"$__tether_ps0"* ]] || PS0="$__tether_ps0$PS0"
+  [[ $PS0 == *"$__tether_ps0"* ]] || PS0="$PS0$__tether_ps0"
 }
 # First in PROMPT_COMMAND: $? is the command line's status. Once something was put in front
 # of it (PROMPT_COMMAND="hook;$PROMPT_COMMAND", as prompt hooks install themselves), $? is
@@ -91,9 +91,10 @@ if (( BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1) )
   PROMPT_COMMAND[65535]=__tether_guard
 fi
 # PS0 is expanded just before a command line runs: print C (named, not spelled out), and set
-# the flag through an arithmetic side effect inside an empty substring expansion.
+# the flag through an arithmetic side effect inside an empty substring expansion. After the
+# user's own PS0, whose text is then not part of the command's output.
 __tether_ps0='${__tether_c}${__tether_cmd:0:$((__tether_cmd=1,0))}'
-PS0="$__tether_ps0${PS0:-}"
+PS0="${PS0:-}$__tether_ps0"
 """
 
 
