@@ -186,3 +186,18 @@ async def test_commands_that_redirect_the_shells_own_output_keep_true_ends(
         "type": "get", "execution_id": ended["execution_id"]}))["data"]
     assert [e["kind"] for e in got["events"]] == ["marker_ignored"], got["events"]
     assert "start marker not seen" in got["events"][0]["detail"], got["events"]
+
+
+async def test_a_process_substitution_left_open_does_not_keep_the_command_running(
+        client: Client, workspace: Path) -> None:
+    """exec 3> >(cat) leaves a child of the shell in its process group for the shell's whole
+    life; the shell is back at its prompt, reading its terminal, so the command has ended
+    (before: running for good, and every later command was shell_busy)."""
+    session = await initialize(client, workspace)
+    opened = await run(client, session, "exec 3> >(cat >/dev/null); echo fd3-open", wait=5)
+    assert (opened["status"], opened["exit_code"], opened["output"]) == ("exited", 0,
+                                                                          "fd3-open\n"), opened
+    for command, status in (("false", 1), ("x=$(sleep 0.2; echo y); echo $x", 0)):
+        ended = await run(client, session, command, wait=5)
+        assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
+    assert ended["output"] == "y\n"

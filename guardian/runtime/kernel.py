@@ -45,6 +45,10 @@ _INPUT_SYSCALLS = {
     "x86_64": {0, 7, 23, 270, 271},
     "aarch64": {63, 72, 73},
 }.get(os.uname().machine)
+#: Of those, the ones whose first argument says which descriptor is read: read(fd, ...), and
+#: select/pselect6(nfds, ...).
+_READ_SYSCALLS = {"x86_64": {0}, "aarch64": {63}}.get(os.uname().machine, set())
+_SELECT_SYSCALLS = {"x86_64": {23, 270}, "aarch64": {72}}.get(os.uname().machine, set())
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,8 @@ class ProcStat:
     ppid: int
     pgrp: int
     session: int
+    #: The controlling terminal's device number, as ``/proc/<pid>/stat`` encodes it.
+    tty_nr: int = 0
 
 
 def proc_stat(pid: int) -> ProcStat | None:
@@ -67,7 +73,8 @@ def proc_stat(pid: int) -> ProcStat | None:
     # The command name is in parentheses and may itself contain spaces or parentheses.
     fields = raw[raw.rfind(b")") + 2 :].split()
     try:
-        return ProcStat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
+        return ProcStat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]),
+                        int(fields[4]))
     except (IndexError, ValueError):
         return None
 
@@ -101,11 +108,16 @@ def _all_processes() -> list[ProcStat]:
 def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
     """None when the shell is idle at its prompt, else the reason it is not.
 
-    Idle means: the terminal's foreground process group is the shell's own, none of the
-    shell's children is in that group (a command substitution, a pipeline without job
-    control), and the shell sleeps in something other than waiting for a child or reading
-    a pipe: it waits for the terminal. A command that runs inside the shell itself and
-    waits for terminal input (the ``read`` builtin) looks the same; see docs/architecture.md.
+    Idle means: the terminal's foreground process group is the shell's own, and the shell
+    sleeps reading its terminal (read, or select/pselect of its stdin alone, on the
+    terminal itself). Then a child of the shell in that group is not a command it waits for
+    (it would be blocked waiting for the child, or reading a pipe from it) but one that runs
+    beside it: a process substitution (``exec > >(tee log)``) or a coprocess. When the call
+    does not say which descriptor it reads (poll), idle also needs no child of the shell in
+    that group (a command substitution, a pipeline without job control), and a sleep in
+    something other than waiting for a child or reading a pipe. A command that runs inside
+    the shell itself and waits for terminal input (the ``read`` builtin) looks the same; see
+    docs/architecture.md.
     """
     try:
         foreground = os.tcgetpgrp(master_fd)
@@ -116,16 +128,24 @@ def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
         return "the shell is gone"
     if foreground != shell.pgrp:
         return f"process group {foreground} owns the terminal, not the shell's ({shell.pgrp})"
+    if shell.state != "S":
+        return f"the shell is not waiting for input (state {shell.state})"
+    call = _blocking_call(shell_pid)
+    if call is not None and _INPUT_SYSCALLS is not None:
+        number, args = call
+        if number not in _INPUT_SYSCALLS:
+            return f"the shell is blocked in system call {number}, not reading input"
+        fd = _read_fd(number, args)
+        on_terminal = None if fd is None else _is_controlling_terminal(shell, fd)
+        if on_terminal:
+            return None
+        if on_terminal is False:
+            return f"the shell is reading descriptor {fd}, not its terminal"
     for child in _children(shell_pid):
         stat = proc_stat(child)
         if stat is not None and stat.pgrp == shell.pgrp and stat.state != "Z":
             return f"process {child} runs in the shell's foreground group"
-    if shell.state != "S":
-        return f"the shell is not waiting for input (state {shell.state})"
-    syscall = _blocking_syscall(shell_pid)
-    if syscall is not None and _INPUT_SYSCALLS is not None:
-        if syscall not in _INPUT_SYSCALLS:
-            return f"the shell is blocked in system call {syscall}, not reading input"
+    if call is not None and _INPUT_SYSCALLS is not None:
         return None
     wchan = _wait_channel(shell_pid)
     if wchan is not None and any(busy in wchan for busy in _BUSY_WAITS):
@@ -133,13 +153,39 @@ def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
     return None
 
 
-def _blocking_syscall(pid: int) -> int | None:
-    """The number of the system call ``pid`` is blocked in (None: running, or unreadable)."""
+def _blocking_call(pid: int) -> tuple[int, list[int]] | None:
+    """The system call ``pid`` is blocked in and its six arguments (None: running, or
+    unreadable)."""
     try:
-        first = _read_proc(f"/proc/{pid}/syscall").split(maxsplit=1)[0]
-    except (OSError, IndexError):
+        fields = _read_proc(f"/proc/{pid}/syscall").split()
+        return int(fields[0]), [int(arg, 16) for arg in fields[1:7]]
+    except (OSError, IndexError, ValueError):  # "running", or a field that is not a number
         return None
-    return int(first) if first.lstrip(b"-").isdigit() else None
+
+
+def _read_fd(number: int, args: list[int]) -> int | None:
+    """The one descriptor a blocked input call waits on, when its arguments say: read(fd),
+    or select/pselect6 of descriptor 0 alone (nfds 1, as readline and ``read -t`` wait).
+    None for poll and wider selects (which descriptors they watch is in user memory)."""
+    if number in _READ_SYSCALLS:
+        return args[0]
+    if number in _SELECT_SYSCALLS and args[0] == 1:
+        return 0
+    return None
+
+
+def _is_controlling_terminal(stat: ProcStat, fd: int) -> bool | None:
+    """Is the process's descriptor ``fd`` its controlling terminal? None when that cannot be
+    read (then nothing is concluded from it)."""
+    if not stat.tty_nr:
+        return None
+    try:
+        device = os.stat(f"/proc/{stat.pid}/fd/{fd}").st_rdev
+    except OSError:
+        return None
+    # tty_nr packs the device as the kernel's old_encode_dev does: minor bits 0-7 and 20-31.
+    major, minor = (stat.tty_nr >> 8) & 0xFFF, (stat.tty_nr & 0xFF) | ((stat.tty_nr >> 12) & 0xFFF00)
+    return os.major(device) == major and os.minor(device) == minor
 
 
 def cwd_of(pid: int) -> str | None:
