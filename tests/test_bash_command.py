@@ -201,3 +201,26 @@ async def test_a_process_substitution_left_open_does_not_keep_the_command_runnin
         ended = await run(client, session, command, wait=5)
         assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
     assert ended["output"] == "y\n"
+
+
+async def test_a_line_typed_ahead_into_a_command_does_not_take_its_end(
+        client: Client, workspace: Path) -> None:
+    """Text sent to a command that never reads it waits in the terminal's queue, and the shell
+    runs it once the command ends: the input reply says so, and the command keeps its own
+    exit status (before: the typed line's, 1, and the real end was called forged)."""
+    session = await initialize(client, workspace)
+    started = await bash(client, session, {"type": "command", "command": "sleep 1; true"},
+                         wait=0.2)
+    assert started["status"] == "running", started
+    typed = await bash(client, session, {"type": "send_text", "text": "false",
+                                         "submit": True,
+                                         "execution_id": started["execution_id"]}, wait=0.2)
+    assert typed["delivery"] == "unread" and "shell reads it" in typed["warning"], typed
+    ended = await bash(client, session, {"type": "status_check",
+                                         "execution_id": started["execution_id"]}, wait=10)
+    assert (ended["status"], ended["exit_code"]) == ("exited", 0), ended
+    got = (await execution(client, session, {
+        "type": "get", "execution_id": started["execution_id"]}))["data"]
+    assert [e["kind"] for e in got["events"]] == ["marker_ignored"], got["events"]
+    assert "typed ahead" in got["events"][0]["detail"]
+    assert (await run(client, session, "echo next"))["output"] == "next\n"

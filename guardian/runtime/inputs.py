@@ -173,6 +173,15 @@ class InputDesk:
                 f"the program had the terminal in {mode} mode when the input arrived and "
                 "switched to raw mode since; programs discard pending input when they do. "
                 "Look at the screen and send again if it did not react.")
+        elif mode != "raw" and (unread := live.runtime.unread_input()):
+            # A whole line typed to a program that has not read it (sleep, a busy build):
+            # it waits in the terminal's queue, and in the main shell the shell reads it as
+            # a command line of its own if the command ends first.
+            result["delivery"] = "unread"
+            result["warning"] = (
+                f"no program has read this input yet ({unread} bytes wait in the terminal's "
+                "input queue): the program may read it later; if the command ends first, its "
+                "shell reads it as a command line of its own.")
         elif mode != "raw" and not baseline.get("line_complete"):
             result["delivery"] = "line_buffered"
             result["warning"] = (

@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import signal
+import struct
 import termios
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,6 +31,8 @@ from tether.guardian.runtime.eager import in_task
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.identity import ProcessIdentity, boot_id
 
+#: Linux's ioctl that opens a pseudo-terminal's other end from its master (4.13 and later).
+_TIOCGPTPEER = 0x5441
 log = logging.getLogger(__name__)
 
 PTY_READ_CHUNK = 256 * 1024
@@ -354,6 +358,24 @@ class PtyRuntime:
             if lflag & termios.ICANON and lflag & termios.ECHO:
                 return
             os.write(proc.fd, data)
+
+    def unread_input(self) -> int | None:
+        """Bytes typed into the terminal that no program has read yet (its input queue; in
+        line mode, whole lines), or None when that cannot be asked."""
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            return None
+        try:
+            # The terminal's own end, from the master (never this process's controlling one).
+            peer = fcntl.ioctl(proc.fd, _TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return int(struct.unpack("i", fcntl.ioctl(peer, termios.FIONREAD, b"\0" * 4))[0])
+        except OSError:
+            return None
+        finally:
+            os.close(peer)
 
     def input_mode(self) -> str | None:
         """How the program has set up the terminal's input, read from the PTY's termios.

@@ -14,8 +14,9 @@ An end marker is only a claim: the command has ended when the kernel confirms th
 shell is back at its prompt (``kernel.why_not_at_prompt``), checked right after the marker
 and then with a backoff. Until then the shell stays busy and the bytes after the marker are
 held; a later end marker, or more output than any prompt, shows the first was forged: it is
-recorded as an event and what it held is the command's output. The working directory is
-read from ``/proc`` at a confirmed end.
+recorded as an event and what it held is the command's output, unless a C came between
+them: then a line typed ahead into the command ran after it, and the first end stands. The
+working directory is read from ``/proc`` at a confirmed end.
 """
 
 from __future__ import annotations
@@ -240,6 +241,8 @@ class MainShell:
         for piece in self._scanner.feed(data):
             if isinstance(piece, Marker):
                 self._on_marker(piece)
+            elif self._end is not None and self._end.next_line:
+                pass  # output of a line typed ahead, run after ours ended: not ours, not held
             elif self._end is not None:
                 self._end.held.append(piece)
                 self._end.held_bytes += len(piece)
@@ -270,6 +273,14 @@ class MainShell:
                 self._command_no += 1
                 self._awaiting_start = False
                 self._discard_check = False
+            elif not self._end.next_line:
+                # A new command line began after our end marker (and its prompt cycle's A):
+                # text typed ahead into the command, which the shell read once the command
+                # ended. The end stays ours; it is confirmed when the shell is back at its
+                # prompt, after that line.
+                self._end.next_line = True
+                self._ignored("a line typed ahead into this command ran after it, as a "
+                              "command line of its own (not recorded as an execution)")
         elif marker.kind == "D":
             if not self._in_command and self._awaiting_start and self.current is not None:
                 # The shell prints D only after PS0 ran for a command line, so our line ran
@@ -282,6 +293,9 @@ class MainShell:
                               "terminal): the command ran, but its output was not captured")
             if not self._in_command:
                 self._ignored(f"end marker (exit {marker.exit_code}) while no command line ran")
+                return
+            if self._end is not None and self._end.next_line:
+                self._schedule_check(restart=True)  # the end of the line typed ahead
                 return
             if self._end is not None:
                 self._reject_end("a later end marker followed it")
@@ -385,4 +399,6 @@ class _EndCandidate:
     exit_code: int | None
     held: list[bytes] = field(default_factory=list)
     held_bytes: int = 0
+    #: A command line started after this marker (C): typed-ahead text the shell ran.
+    next_line: bool = False
     last_reason: str | None = None
