@@ -80,7 +80,10 @@ def test_a_window_that_renders_short_starts_at_a_whole_line(tmp_path: Path, line
     tail = _tail_of(tmp_path, data)
     start = tail["start"]
     assert isinstance(start, int) and tail["truncated"]
-    assert data[start - 2 : start] == b"\r\n"  # a whole line, not the window's cut one
+    # A whole line, not the window's cut one; a cut line redrawn with CR inside the window
+    # shows its last drawing whole, and is kept from the window's start.
+    assert data[start - 2 : start] == b"\r\n" or (
+        start == len(data) - RESULT_TAIL_BYTES and tail["text"].startswith("file000 100%\n"))
     assert tail["text"] == render_output(data[start:])
     assert len(data) - start > RESULT_TAIL_BYTES // 2  # most of the window, not its end
 
@@ -90,3 +93,17 @@ def test_a_short_window_of_one_line_is_shown_whole(tmp_path: Path) -> None:
     tail = _tail_of(tmp_path, data)
     assert tail["start"] == len(data) - RESULT_TAIL_BYTES
     assert tail["text"] == render_output(data[-RESULT_TAIL_BYTES:])
+
+
+def test_a_progress_line_redrawn_past_the_window_keeps_its_last_drawing(tmp_path: Path) -> None:
+    """A progress bar redrawn with CR over more than the byte window: the window's first line
+    began before it, but its last drawing is in the window and is what the terminal shows
+    (before: dropped as a partial line, and with it the bar's final 100%)."""
+    bar = b"".join(b"\rDownloading %5.1f%% [%-40s]" % (i / 16, b"#" * (i // 40))
+                   for i in range(1601))
+    data = bar + b"\r\nSaved model.bin\r\nexit=0\r\n"
+    assert len(bar) > RESULT_TAIL_BYTES
+    tail = _tail_of(tmp_path, data)
+    assert tail["truncated"] is True
+    assert tail["text"] == f"Downloading 100.0% [{'#' * 40}]\nSaved model.bin\nexit=0\n"
+    _misses_nothing(data, tail)

@@ -113,7 +113,8 @@ def output_tail(journal: Journal) -> dict[str, Any]:
     whole = start == journal.start  # else the window's first line may be part of one
     truncated = not whole or len(text) > RESULT_TAIL_CHARS
     if truncated:
-        skipped, text = _tail(raw, text, RESULT_TAIL_CHARS, first_line_whole=whole)
+        skipped, text = _tail(raw, text, RESULT_TAIL_CHARS,
+                              first_line_whole=whole or _redrawn_first_line(raw))
         start += skipped
     return {
         "text": text,
@@ -122,6 +123,15 @@ def output_tail(journal: Journal) -> dict[str, Any]:
         "truncated": truncated,
         "retained_start": journal.start,
     }
+
+
+def _redrawn_first_line(raw: bytes) -> bool:
+    """Was the window's first line redrawn from its start inside the window (a carriage
+    return before its end: a progress bar)? Then what it shows is drawn by bytes in the
+    window, although the line began before it."""
+    end = raw.find(b"\n")
+    first = raw[: end if end >= 0 else len(raw)].rstrip(b"\r")  # a line ends CR LF
+    return b"\r" in first
 
 
 def _tail(raw: bytes, text: str, limit: int, *, first_line_whole: bool) -> tuple[int, str]:
@@ -137,6 +147,8 @@ def _tail(raw: bytes, text: str, limit: int, *, first_line_whole: bool) -> tuple
     and overwrites bytes, so the offset is at or just after the true one (unless a cursor move
     padded a line with spaces, which can put it up to a few hundred bytes before).
     """
+    if first_line_whole and len(text) <= limit:
+        return 0, text
     newlines = text.count("\n")
     if newlines == raw.count(b"\n"):
         # The first line start from which the rest fits (never the window's first line when
