@@ -126,7 +126,8 @@ class SendTextAction(ToolArgs):
                             "program that reads whole lines takes lines of at most "
                             f"{MAX_CANONICAL_LINE_BYTES} bytes")
     execution_id: Id | None = None
-    submit: bool = False
+    submit: bool = Field(default=False, description="press Enter after the text (without it, "
+                         "a program that reads lines waits for Enter)")
 
 
 class SendKeysAction(ToolArgs):

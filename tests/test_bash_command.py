@@ -224,3 +224,25 @@ async def test_a_line_typed_ahead_into_a_command_does_not_take_its_end(
     assert [e["kind"] for e in got["events"]] == ["marker_ignored"], got["events"]
     assert "typed ahead" in got["events"][0]["detail"]
     assert (await run(client, session, "echo next"))["output"] == "next\n"
+
+
+async def test_ctrl_c_is_reported_as_a_signal_and_a_printable_key_points_to_send_text(
+        client: Client, workspace: Path) -> None:
+    """Ctrl-c in line mode becomes SIGINT, not input that waits for Enter (before:
+    line_buffered, "wait for Enter", which would have queued a line for the shell)."""
+    session = await initialize(client, workspace)
+    ignoring = ("python3 -c 'import signal, time; signal.signal(signal.SIGINT, "
+                "signal.SIG_IGN); print(\"ready\", flush=True); time.sleep(30)'")
+    started = await bash(client, session, {"type": "command", "command": ignoring}, wait=1)
+    assert started["status"] == "running" and "ready" in started["output"], started
+    sent = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                        "execution_id": started["execution_id"]}, wait=0.5)
+    assert sent["delivery"] == "signal" and "warning" not in sent, sent
+    refused = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "send_keys", "keys": ["q"],
+                        "execution_id": started["execution_id"]}})
+    assert refused["code"] == "invalid_key" and "send_text" in refused["message"], refused
+    quit_ = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-\\"],
+                                         "execution_id": started["execution_id"]}, wait=5)
+    assert (quit_["status"], quit_.get("exit_code")) == ("exited", 131), quit_

@@ -130,6 +130,7 @@ class InputDesk:
             raise stale_generation(params.generation, generation)
         before = (await live.screen.snapshot_async()).text  # a backlog is drawn off the loop
         mode = live.runtime.input_mode()
+        signals = live.runtime.signal_keys()
         if params.text is not None:
             refuse_long_line(params.text, mode)  # before any byte is typed
         await deliver(live, data, write_timeout_s)
@@ -137,6 +138,8 @@ class InputDesk:
                 "terminal_mode": mode, "reads_keys": mode == "raw" if mode else None,
                 "_baseline": {"screen_sha256": _digest(before),
                               "line_complete": data.endswith((b"\r", b"\n")),
+                              # Ctrl-c and its kind: the terminal signals, nothing is queued.
+                              "signals": bool(signals) and all(b in signals for b in data),
                               "probe": _probe(params.text), "probe_count": _count(before, params.text)}}
 
     async def observe(self, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -165,6 +168,8 @@ class InputDesk:
         mode = result.get("terminal_mode")
         if mode is None:
             result["delivery"] = "unconfirmed"
+        elif baseline.get("signals"):
+            result["delivery"] = "signal"  # sent to the program in front; it may ignore it
         elif mode != "raw" and mode_after == "raw":
             # Typed in line mode, then the program switched to raw mode: that switch
             # (tcsetattr TCSAFLUSH, or tcflush) normally discards what was waiting.

@@ -359,6 +359,22 @@ class PtyRuntime:
                 return
             os.write(proc.fd, data)
 
+    def signal_keys(self) -> bytes:
+        """The characters the terminal turns into signals for the program in front instead of
+        queueing them (interrupt, quit, suspend), when it does (ISIG); else none."""
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            return b""
+        try:
+            attrs = termios.tcgetattr(proc.fd)
+        except (OSError, termios.error):
+            return b""
+        if not attrs[3] & termios.ISIG:
+            return b""
+        chars = attrs[6]
+        return b"".join(chars[i] for i in (termios.VINTR, termios.VQUIT, termios.VSUSP)
+                        if isinstance(chars[i], bytes) and chars[i] != b"\0")
+
     def unread_input(self) -> int | None:
         """Bytes typed into the terminal that no program has read yet (its input queue; in
         line mode, whole lines), or None when that cannot be asked."""

@@ -40,9 +40,12 @@ def key_bytes(name: str) -> bytes:
             code = ord(char.upper())
             if 64 <= code <= 95:
                 return bytes([code - 64])
+    printable = " (a character: send it with send_text, e.g. q for a pager)" if (
+        len(name) == 1 and name.isprintable()) else ""
     raise TetherError(
         ErrorCode.INVALID_KEY,
-        f"unknown key {name!r}; use one of {', '.join(sorted(_KEYS))} or Ctrl-<letter>",
+        f"unknown key {name!r}{printable}; use one of {', '.join(sorted(_KEYS))}, "
+        "Ctrl-<letter> or Ctrl-[ \\ ] ^ _ @ (Ctrl-\\ sends SIGQUIT); nothing was typed",
         {"input_sent": False},
     )
 
