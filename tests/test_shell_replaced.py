@@ -99,3 +99,19 @@ async def test_a_shell_that_exited_is_said_to_be_replaced(client: Client, worksp
     assert "shell_replaced" not in reset["data"]
     after, _ = await _command(client, session, "true")
     assert "shell_replaced" not in after and after["generation"] == 3
+
+
+async def test_a_removed_directory_is_reported_by_its_path_and_a_new_shell_starts_in_the_workspace(
+    client: Client, workspace: Path
+) -> None:
+    """The kernel says "<path> (deleted)" for a removed working directory: the cwd is its path
+    (as pwd says it); a shell that replaces this one starts in the workspace, and the notice
+    names where it did start (before: "<path> (deleted)", and $HOME)."""
+    session = await initialize(client, workspace)
+    gone = await run(client, session, "mkdir gone && cd gone && rmdir ../gone; pwd")
+    assert gone["cwd"] == str(workspace / "gone") == gone["output"].strip(), gone
+    await run(client, session, "exit")
+    data, _ = await _command(client, session, "pwd")
+    assert data["output"].strip() == str(workspace), data
+    assert data["shell_replaced"]["cwd"] == str(workspace), data["shell_replaced"]
+    assert f"{workspace} ({workspace / 'gone'} is gone)" in data["shell_replaced"]["message"]

@@ -189,11 +189,18 @@ def _is_controlling_terminal(stat: ProcStat, fd: int) -> bool | None:
 
 
 def cwd_of(pid: int) -> str | None:
-    """The working directory of a live process, from the kernel."""
+    """The working directory of a live process, from the kernel: its path, as ``pwd`` says it,
+    also when the directory was removed (the kernel then appends `` (deleted)``)."""
     try:
-        return os.readlink(f"/proc/{pid}/cwd")
+        path = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return None
+    if path.endswith(_DELETED) and not os.path.isdir(path):
+        return path[: -len(_DELETED)]
+    return path
+
+
+_DELETED = " (deleted)"
 
 
 def session_members(session_id: int) -> list[int]:

@@ -113,7 +113,8 @@ class MainShell:
         #: Started inside the architect sandbox (``sandbox.py``), for its whole life.
         self.sandboxed = sandboxed
         self.generation = generation
-        self.cwd = cwd
+        # Where the shell starts: its home directory, as bash does, when ``cwd`` is gone.
+        self.cwd = cwd if os.path.isdir(cwd) else str(Path.home())
         self._scratch = scratch
         self._listener = listener
         nonce = secrets.token_hex(8)
@@ -130,7 +131,7 @@ class MainShell:
         self.runtime = PtyRuntime(
             argv,
             env=env,
-            cwd=cwd if os.path.isdir(cwd) else str(Path.home()),
+            cwd=self.cwd,
             rows=rows,
             cols=cols,
             on_output=self._on_output,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from tether.guardian.runtime import kernel, sandbox
@@ -158,10 +157,12 @@ class Threads:
                    ] if replacing else []
         generation = int(thread["generation"]) + (1 if thread["shell_execution_id"] else 0)
         sandboxed = self.sandboxed(thread["thread_id"])
+        # A directory removed since is not where anyone expects to be: the workspace is.
+        cwd = thread["cwd"] if os.path.isdir(thread["cwd"]) else thread["workspace_root"]
         shell = MainShell(
             thread_id=thread["thread_id"],
             generation=generation,
-            cwd=thread["cwd"],
+            cwd=cwd,
             env=self.env_for(thread["thread_id"], None, sandboxed=sandboxed),
             scratch=self._paths.scratch,
             rows=DEFAULT_ROWS,
@@ -176,7 +177,7 @@ class Threads:
             thread["thread_id"], generation=generation, shell_execution_id=f"shell-{generation}",
             shell_ended=None,
         )
-        self._saved_cwd[thread_id] = thread["cwd"]
+        self._saved_cwd[thread_id] = thread["cwd"]  # written again once a command ends
         self._replaced.pop(thread_id, None)
         if replacing:
             # Ended here a moment ago (its exit not yet handled), or as the row says; a
@@ -185,7 +186,8 @@ class Threads:
             reason = SHELL_EXITED if old is not None else (
                 ended["reason"] if ended and ended.get("generation") == generation - 1
                 else GUARDIAN_LOST)
-            self._replaced[thread_id] = _notice(generation, reason, thread["cwd"], orphans)
+            self._replaced[thread_id] = _notice(generation, reason, shell.cwd, thread["cwd"],
+                                                orphans)
         return shell
 
     def take_replaced(self, thread_id: str) -> dict[str, Any] | None:
@@ -344,12 +346,12 @@ class Threads:
         self._shells.clear()
 
 
-def _notice(generation: int, reason: str, cwd: str,
+def _notice(generation: int, reason: str, cwd: str, saved: str,
             orphans: list[dict[str, Any]]) -> dict[str, Any]:
     """``ShellReplaced``: a shell of ``generation`` replaced the one before, which ended for
-    ``reason``; it started in ``cwd`` (or the home directory, as the shell does when that
-    directory is gone)."""
-    where = cwd if os.path.isdir(cwd) else f"{Path.home()} ({cwd} is gone)"
+    ``reason``; it started in ``cwd``: the old shell's directory ``saved``, or the workspace
+    when that directory is gone."""
+    where = cwd if cwd == saved else f"{cwd} ({saved} is gone)"
     message = (f"This thread's shell was replaced: the shell of generation {generation - 1} "
                f"{_ENDED.get(reason, reason)}, and a new shell (generation {generation}) "
                f"started. Its working directory is restored to {where}; environment "
