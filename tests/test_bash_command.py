@@ -246,3 +246,15 @@ async def test_ctrl_c_is_reported_as_a_signal_and_a_printable_key_points_to_send
     quit_ = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-\\"],
                                          "execution_id": started["execution_id"]}, wait=5)
     assert (quit_["status"], quit_.get("exit_code")) == ("exited", 131), quit_
+
+
+async def test_set_x_traces_the_command_not_the_shell_integration(
+        client: Client, workspace: Path) -> None:
+    """After set -x, a command's output holds its own trace, not the prompt hooks' (which
+    printed a dozen lines, the shell's marker nonce among them, into every output)."""
+    session = await initialize(client, workspace)
+    await run(client, session, "set -x")
+    traced = await run(client, session, "echo next")
+    assert "next\n" in traced["output"] and "__tether" not in traced["output"], traced
+    assert traced["exit_code"] == 0
+    await run(client, session, "set +x")

@@ -72,7 +72,7 @@ __tether_marks() {
 # that thing's status: then the guard below marks the end instead.
 __tether_prompt() {
   local s=$?
-  if [ -z "$__tether_guarded" ] || [[ ${PROMPT_COMMAND[0]} == __tether_prompt* ]]; then
+  if [ -z "$__tether_guarded" ] || [[ ${PROMPT_COMMAND[0]} == "$__tether_first"* ]]; then
     __tether_marks "$s"
   fi
 }
@@ -85,10 +85,13 @@ __tether_guard() {
   [ "$__tether_marked" = 1 ] || __tether_marks "$s"
   __tether_marked=0
 }
-PROMPT_COMMAND="__tether_prompt${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
+# Each hook runs with stderr closed: after set -x its commands (and the nonce) are not
+# traced into the next command's output, and an error of a removed hook is not shown.
+__tether_first='{ __tether_prompt; } 2>&-'
+PROMPT_COMMAND="$__tether_first${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
 if (( BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1) )); then
   __tether_guarded=1
-  PROMPT_COMMAND[65535]=__tether_guard
+  PROMPT_COMMAND[65535]='{ __tether_guard; } 2>&-'
 fi
 # PS0 is expanded just before a command line runs: print C (named, not spelled out), and set
 # the flag through an arithmetic side effect inside an empty substring expansion. After the
