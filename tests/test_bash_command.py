@@ -154,6 +154,8 @@ async def test_commands_that_change_the_prompt_hooks_keep_true_ends(
     rc = workspace / "rc"
     rc.write_text("PROMPT_COMMAND='history -a'\n")
     steps = [
+        # Under set -u a hook that prepends itself reads "$PROMPT_COMMAND" (element 0).
+        ('set -u; PROMPT_COMMAND="true;$PROMPT_COMMAND"', 0), ("(exit 9)", 9), ("set +u", 0),
         ('PROMPT_COMMAND="_hook${PROMPT_COMMAND:+;$PROMPT_COMMAND}"; _hook() { :; }', 0),
         ("false", 1), ("(exit 7)", 7),
         (f". {rc}", 0), ("(exit 5)", 5),

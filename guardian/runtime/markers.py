@@ -9,11 +9,12 @@ carries a per-shell nonce (``aid=``) so output that merely contains OSC 133 (a n
 Commands change these variables (a sourced rc file assigns ``PROMPT_COMMAND``, a prompt hook
 puts itself in front of it, ``PS0=''``), and a lost marker would leave the thread's shell
 busy for good, or report another command's exit status. So the hook that marks the end is
-also the last element of ``PROMPT_COMMAND`` (an array from bash 5.1; bash gives every element
-the command line's status), which a plain assignment does not touch, and it marks the end
-whenever the first hook did not; every prompt puts ``PS0``'s part back; and D and A are
-written to the terminal bash keeps for job control (fd 255), not to stdout, which a command
-may send elsewhere (``exec >log``).
+the last element of ``PROMPT_COMMAND`` (an array from bash 5.1; bash gives every element the
+command line's status), which a plain assignment does not touch (what the user's own
+``PROMPT_COMMAND`` prints comes before it, as part of the command's output); every prompt
+puts ``PS0``'s part back; and D and A are written to the terminal bash keeps for job control
+(fd 255), not to stdout, which a command may send elsewhere (``exec >log``). Before bash
+5.1 the hook goes first in the ``PROMPT_COMMAND`` string, as it did before.
 ``C`` comes from ``PS0``, which bash prints to its stderr: after ``exec 2>/dev/null`` a
 command's D comes without its C, and the shell (``shell.py``) ends it all the same, with an
 event saying its output could not be captured. Replacing the
@@ -47,51 +48,34 @@ export -n __tether_nonce __tether_c
 # Tether types ` . <command file>`; keep those lines out of the user's history.
 HISTCONTROL="ignorespace${HISTCONTROL:+:$HISTCONTROL}"
 __tether_cmd=0
-__tether_marked=0
 # Markers go to the terminal itself, not to stdout, which a command may send elsewhere
 # (exec >log): fd 255, the copy of the terminal bash keeps for job control, when it has one.
 if { true >&255; } 2>/dev/null; then __tether_fd=255; else __tether_fd=1; fi
-__tether_guarded=
+# The end of a command line (D, with its status: $1) and a new prompt cycle (A), in one
+# printf: one write, so they reach Tether in one read instead of two.
 __tether_marks() {
-  # D and A in one printf: one write, so the end and the new prompt cycle reach Tether
-  # in one read instead of two. To the terminal itself (see __tether_fd).
-  local marks
-  if [ "$__tether_cmd" = 1 ]; then
+  if [[ $__tether_cmd == 1 ]]; then
     __tether_cmd=0
-    printf -v marks '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$1" "$__tether_nonce" "$__tether_nonce"
+    printf '\e]133;D;%s;aid=%s\a\e]133;A;aid=%s\a' "$1" "$__tether_nonce" "$__tether_nonce" >&$__tether_fd
   else
-    printf -v marks '\e]133;A;aid=%s\a' "$__tether_nonce"
+    printf '\e]133;A;aid=%s\a' "$__tether_nonce" >&$__tether_fd
   fi
-  printf '%s' "$marks" >&"$__tether_fd"
-  __tether_marked=1
   # The next command line's C comes from PS0: put it back if a command dropped it (PS0='').
-  [[ $PS0 == *"$__tether_ps0"* ]] || PS0="$PS0$__tether_ps0"
+  [[ $PS0 == *"$__tether_ps0"* ]] || PS0=$PS0$__tether_ps0
 }
-# First in PROMPT_COMMAND: $? is the command line's status. Once something was put in front
-# of it (PROMPT_COMMAND="hook;$PROMPT_COMMAND", as prompt hooks install themselves), $? is
-# that thing's status: then the guard below marks the end instead.
-__tether_prompt() {
-  local s=$?
-  if [ -z "$__tether_guarded" ] || [[ ${PROMPT_COMMAND[0]} == "$__tether_first"* ]]; then
-    __tether_marks "$s"
-  fi
-}
-# The last element of PROMPT_COMMAND (an array from bash 5.1), which bash runs with the
-# command line's status in $? as it does every element: it marks the end when the first
-# hook did not (pushed back, or gone: PROMPT_COMMAND='x' or a sourced rc file assigns
-# element 0 only).
-__tether_guard() {
-  local s=$?
-  [ "$__tether_marked" = 1 ] || __tether_marks "$s"
-  __tether_marked=0
-}
-# Each hook runs with stderr closed: after set -x its commands (and the nonce) are not
-# traced into the next command's output, and an error of a removed hook is not shown.
-__tether_first='{ __tether_prompt; } 2>&-'
-PROMPT_COMMAND="$__tether_first${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
+# With stderr closed: after set -x the hook (and the nonce) is not traced into the next
+# command's output. From bash 5.1 PROMPT_COMMAND may be an array, whose every element bash
+# runs with the command line's status in $?: the hook is its last element, which commands
+# that assign PROMPT_COMMAND (a sourced rc file) or put a hook in front of it
+# (PROMPT_COMMAND="hook;$PROMPT_COMMAND") do not touch. Before 5.1 it goes first in the
+# string.
 if (( BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1) )); then
-  __tether_guarded=1
-  PROMPT_COMMAND[65535]='{ __tether_guard; } 2>&-'
+  PROMPT_COMMAND[65535]='{ __tether_marks $?; } 2>&-'
+  # Element 0 set (empty if the user's rc left it so): "$PROMPT_COMMAND" is element 0, and
+  # hooks that prepend themselves read it under set -u.
+  PROMPT_COMMAND[0]=${PROMPT_COMMAND[0]-}
+else
+  PROMPT_COMMAND="{ __tether_marks \$?; } 2>&-${PROMPT_COMMAND:+;$PROMPT_COMMAND}"
 fi
 # PS0 is expanded just before a command line runs: print C (named, not spelled out), and set
 # the flag through an arithmetic side effect inside an empty substring expansion. After the
