@@ -260,3 +260,31 @@ async def test_set_x_traces_the_command_not_the_shell_integration(
     assert "next\n" in traced["output"] and "__tether" not in traced["output"], traced
     assert traced["exit_code"] == 0
     await run(client, session, "set +x")
+
+
+async def test_review_regressions_kill_char_dev_tty_cmdsubst_answers_and_swallowed_lines(
+        client: Client, workspace: Path) -> None:
+    """Four cases a review found broken by this session's first fixes: a changed stty kill
+    character (each command failed: "$'\\025': command not found"), stdin reopened on
+    /dev/tty (commands never ended), a terminal query from inside a command substitution
+    (never answered: hung), and a typed line swallowed by a typed-ahead `read` (called
+    exited 0 with "the command ran")."""
+    session = await initialize(client, workspace)
+    for kill in ("^X", "undef", "^U"):
+        await run(client, session, f"stty kill {kill}")
+        ran = await run(client, session, f"echo kill-{kill}")
+        assert (ran["exit_code"], ran["output"]) == (0, f"kill-{kill}\n"), ran
+    asked = r"x=$(read -s -t 5 -d R -p $'\033[6n' a; echo ${a#*[}); echo got:$x"
+    answered = await run(client, session, asked)
+    assert answered["output"].startswith("got:") and ";" in answered["output"], answered
+    await run(client, session, "exec 0</dev/tty")
+    after = await run(client, session, "echo after-dev-tty", wait=5)
+    assert (after["status"], after["output"]) == ("exited", "after-dev-tty\n"), after
+    started = await bash(client, session, {"type": "command", "command": "sleep 1"}, wait=0.2)
+    await bash(client, session, {"type": "send_text", "text": "read v", "submit": True,
+                                 "execution_id": started["execution_id"]}, wait=0.2)
+    await bash(client, session, {"type": "status_check",
+                                 "execution_id": started["execution_id"]}, wait=10)
+    swallowed = await run(client, session, f"touch {workspace / 'Y'}", wait=3)
+    assert swallowed["status"] != "exited" or swallowed["exit_code"] is None, swallowed
+    assert not (workspace / "Y").exists()

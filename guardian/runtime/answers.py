@@ -78,7 +78,9 @@ class AnswerGate:
             in_front, own = os.tcgetpgrp(fd), os.getpgid(pid)
         except OSError:  # the terminal or the shell is gone: nobody to answer
             return
-        if in_front != own:  # a program runs in front: it is the one that reads
+        if in_front != own or kernel.waits_for_a_child_in_front(pid):
+            # A program runs in front (its own group, or the shell's when the shell waits
+            # for it: a command substitution, no job control): it is the one that reads.
             for _, _, data in answers:
                 self._runtime.answer_query(data)
             return

@@ -174,6 +174,29 @@ def _read_fd(number: int, args: list[int]) -> int | None:
     return None
 
 
+#: The device of /dev/tty, which opens the process's controlling terminal.
+_DEV_TTY = (5, 0)
+
+
+def writes_to_terminal(pid: int, fd: int) -> bool | None:
+    """Does ``pid``'s descriptor ``fd`` reach its controlling terminal? None: unknown."""
+    stat = proc_stat(pid)
+    return None if stat is None else _is_controlling_terminal(stat, fd)
+
+
+def waits_for_a_child_in_front(pid: int) -> bool:
+    """Is a child of ``pid`` in its process group (what the shell waits for when a command
+    substitution or a pipeline without job control runs)?"""
+    shell = proc_stat(pid)
+    if shell is None:
+        return False
+    for child in _children(pid):
+        stat = proc_stat(child)
+        if stat is not None and stat.pgrp == shell.pgrp and stat.state != "Z":
+            return True
+    return False
+
+
 def _is_controlling_terminal(stat: ProcStat, fd: int) -> bool | None:
     """Is the process's descriptor ``fd`` its controlling terminal? None when that cannot be
     read (then nothing is concluded from it)."""
@@ -183,6 +206,8 @@ def _is_controlling_terminal(stat: ProcStat, fd: int) -> bool | None:
         device = os.stat(f"/proc/{stat.pid}/fd/{fd}").st_rdev
     except OSError:
         return None
+    if (os.major(device), os.minor(device)) == _DEV_TTY:
+        return True  # /dev/tty: whatever the controlling terminal is (exec 0</dev/tty)
     # tty_nr packs the device as the kernel's old_encode_dev does: minor bits 0-7 and 20-31.
     major, minor = (stat.tty_nr >> 8) & 0xFFF, (stat.tty_nr & 0xFF) | ((stat.tty_nr >> 12) & 0xFFF00)
     return os.major(device) == major and os.minor(device) == minor

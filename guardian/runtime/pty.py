@@ -359,6 +359,20 @@ class PtyRuntime:
                 return
             os.write(proc.fd, data)
 
+    def kill_char(self) -> str:
+        """The terminal's line-kill character (``stty kill``), or "" when it is disabled or
+        cannot be read."""
+        proc = self._proc
+        if proc is None or proc.fd < 0:
+            return ""
+        try:
+            char = termios.tcgetattr(proc.fd)[6][termios.VKILL]
+        except (OSError, termios.error):
+            return ""
+        if not isinstance(char, bytes) or char in (b"", b"\0") or char[0] >= 0x20:
+            return ""  # disabled, or a printable character that would be typed as text
+        return char.decode("ascii")
+
     def signal_keys(self) -> bytes:
         """The characters the terminal turns into signals for the program in front instead of
         queueing them (interrupt, quit, suspend), when it does (ISIG); else none."""

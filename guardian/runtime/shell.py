@@ -53,12 +53,14 @@ _INLINE = [
 ]
 
 
-#: Readline's unix-line-discard (the terminal's own kill character in a line without an
-#: editor): what stands before a typed command line on the prompt is thrown away.
+#: The terminal's usual kill character (Ctrl-u), which readline binds to unix-line-discard:
+#: what stands before a typed command line on the prompt is thrown away. The character typed
+#: is the terminal's own at the time (``stty kill`` changes it, and readline follows), or
+#: none when it is disabled.
 KILL_LINE = "\x15"
 
 
-def inline_line(command: str) -> str | None:
+def inline_line(command: str, kill: str = KILL_LINE) -> str | None:
     """`` eval $'...'`` typing ``command`` in one line without a file, or None if too long.
 
     A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc). The body
@@ -70,7 +72,7 @@ def inline_line(command: str) -> str | None:
     body = "".join([_INLINE[b] for b in data])
     if len(body) > INLINE_MAX:
         return None
-    return f"{KILL_LINE} eval $'{body}\\n'\r"
+    return f"{kill} eval $'{body}\\n'\r"
 
 
 #: Delays between kernel checks after an end marker (the last one repeats).
@@ -184,16 +186,17 @@ class MainShell:
 
     def command_line(self, execution_id: str, command: str) -> str:
         """The line to type for ``command``: inline when short, else through a file."""
-        return inline_line(command) or self.command_file(execution_id, command)
+        kill = self.runtime.kill_char()
+        return inline_line(command, kill) or self.command_file(execution_id, command, kill)
 
-    def command_file(self, execution_id: str, command: str) -> str:
+    def command_file(self, execution_id: str, command: str, kill: str = KILL_LINE) -> str:
         """Write ``command`` to a private file; return the line to type for it."""
         path = self._scratch / f"cmd-{execution_id}.sh"
         # Read once by the shell a moment later; it need not survive a power cut.
         write_private_file(path, command.encode() + b"\n", durable=False)
         self._command_file = path
         # A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc).
-        return f"{KILL_LINE} . {shlex.quote(str(path))}\r"
+        return f"{kill} . {shlex.quote(str(path))}\r"
 
     def attach(self, live: LiveExecution) -> None:
         """``live`` is the execution whose output the next C..D window belongs to."""
@@ -224,6 +227,11 @@ class MainShell:
         self.flush_draw()
         self.runtime.resize(rows, cols)
         self.screen.resize(cols, rows)
+
+    def _stderr_elsewhere(self) -> bool:
+        """Does the shell's stderr (where PS0 prints C) no longer reach its terminal?"""
+        pid = self.runtime.pid
+        return pid is not None and kernel.writes_to_terminal(pid, 2) is False
 
     def _respond(self, data: bytes) -> None:
         self._answers.answer(data)
@@ -283,7 +291,8 @@ class MainShell:
                 self._ignored("a line typed ahead into this command ran after it, as a "
                               "command line of its own (not recorded as an execution)")
         elif marker.kind == "D":
-            if not self._in_command and self._awaiting_start and self.current is not None:
+            if (not self._in_command and self._awaiting_start and self.current is not None
+                    and self._stderr_elsewhere()):
                 # The shell prints D only after PS0 ran for a command line, so our line ran
                 # though its C never came: PS0 goes to the shell's stderr, which a command
                 # sent elsewhere (exec 2>/dev/null). What it printed cannot be told from the
