@@ -8,7 +8,9 @@ answer for typed input: after ``printf '\\e[6n'`` the next command line began wi
 
 So an answer goes in only while someone who may read it holds the terminal (the kernel says
 who). When the terminal's foreground process group is not the shell's own, a program runs in
-front: it gets the answer at once, as from a real terminal. When it is the shell's own while
+front: it gets the answer at once, as from a real terminal; so does a child of the shell in
+its own group, which the shell waits for (a command substitution, ``set +m``). When it is the
+shell's own while
 a command line runs, either the shell itself asked (the ``read`` builtin,
 ``read -s -d R -p $'\\e[6n'``) or the program that asked has exited and the command's end
 marker is on its way: the answer waits until the shell is blocked reading its terminal with
