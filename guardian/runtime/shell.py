@@ -157,6 +157,9 @@ class MainShell:
         # The typed command line has not started running yet (no C since it was typed).
         self._awaiting_start = False
         self._discard_check = False
+        # A D while our line's C was not seen, and whether the shell's stderr reaches its
+        # terminal could not be read then: decided once the shell is back at its prompt.
+        self._unseen_start: _EndCandidate | None = None
         # The final screen of the last command, drawn right after its end was answered
         # (Finisher.finish, defer_screen) and always before the screen changes again.
         self._pending_draw: Callable[[], Callable[[], None] | None] | None = None
@@ -228,10 +231,11 @@ class MainShell:
         self.runtime.resize(rows, cols)
         self.screen.resize(cols, rows)
 
-    def _stderr_elsewhere(self) -> bool:
-        """Does the shell's stderr (where PS0 prints C) no longer reach its terminal?"""
+    def _stderr_reaches_terminal(self) -> bool | None:
+        """Does the shell's stderr (where PS0 prints C) reach its terminal? None: unknown,
+        as while the prompt hook runs (its stderr is closed then)."""
         pid = self.runtime.pid
-        return pid is not None and kernel.writes_to_terminal(pid, 2) is False
+        return None if pid is None else kernel.writes_to_terminal(pid, 2)
 
     def _respond(self, data: bytes) -> None:
         self._answers.answer(data)
@@ -291,16 +295,15 @@ class MainShell:
                 self._ignored("a line typed ahead into this command ran after it, as a "
                               "command line of its own (not recorded as an execution)")
         elif marker.kind == "D":
-            if (not self._in_command and self._awaiting_start and self.current is not None
-                    and self._stderr_elsewhere()):
-                # The shell prints D only after PS0 ran for a command line, so our line ran
-                # though its C never came: PS0 goes to the shell's stderr, which a command
-                # sent elsewhere (exec 2>/dev/null). What it printed cannot be told from the
-                # line's echo: kept as an event, and the end is the D's.
-                self._in_command = True
-                self._awaiting_start = False
-                self._ignored("start marker not seen (the shell's stderr does not reach its "
-                              "terminal): the command ran, but its output was not captured")
+            if not self._in_command and self._awaiting_start and self.current is not None:
+                reaches = self._stderr_reaches_terminal()
+                if reaches is None:
+                    # Read again when the shell waits at its prompt, its stderr restored.
+                    self._unseen_start = _EndCandidate(marker.exit_code)
+                    self._schedule_check(restart=True)
+                    return
+                if not reaches:
+                    self._start_unseen()
             if not self._in_command:
                 self._ignored(f"end marker (exit {marker.exit_code}) while no command line ran")
                 return
@@ -327,7 +330,7 @@ class MainShell:
 
     def _run_check(self) -> None:
         self._check = None
-        if self._end is None and not self._discard_check:
+        if self._end is None and not self._discard_check and self._unseen_start is None:
             return
         fd, pid = self.runtime.fd, self.runtime.pid
         if fd is None or pid is None or not self.runtime.alive:
@@ -338,6 +341,13 @@ class MainShell:
                 self._end.last_reason = reason
             self._schedule_check(restart=False)
             return
+        if self._unseen_start is not None:
+            unseen, self._unseen_start = self._unseen_start, None
+            if self._awaiting_start and self._stderr_reaches_terminal() is False:
+                self._start_unseen()
+                self._end = unseen
+            else:
+                self._ignored(f"end marker (exit {unseen.exit_code}) while no command line ran")
         if self._end is not None:
             self._confirm_end()
         elif self._discard_check and self._awaiting_start and self.current is not None:
@@ -374,6 +384,17 @@ class MainShell:
         self._ignored(f"end marker (exit {candidate.exit_code}) ignored: {why}; the kernel "
                       f"said {candidate.last_reason or 'nothing yet'}")
 
+    def _start_unseen(self) -> None:
+        """The shell prints D only after PS0 ran for a command line, so our line ran though
+        its C never came: PS0 goes to the shell's stderr, which a command sent elsewhere
+        (exec 2>/dev/null). What it printed cannot be told from the line's echo: kept as an
+        event, and the end is the D's."""
+        self._in_command = True
+        self._awaiting_start = False
+        self._discard_check = False
+        self._ignored("start marker not seen (the shell's stderr does not reach its "
+                      "terminal): the command ran, but its output was not captured")
+
     def _ignored(self, detail: str) -> None:
         if self.current is not None:
             self._listener.marker_ignored(self.current, detail)
@@ -388,6 +409,7 @@ class MainShell:
     def _on_exit(self, status: ExitStatus) -> None:
         self._in_command = False
         self._end = None
+        self._unseen_start = None
         if self._check is not None:
             self._check.cancel()
             self._check = None
