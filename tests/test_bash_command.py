@@ -111,6 +111,23 @@ async def test_quotes_history_marks_and_non_ascii_reach_the_shell_intact(
     assert long["output"].strip() == "x" * 2000
 
 
+async def test_plain_commands_are_typed_as_they_are_and_end_truly(
+        client: Client, workspace: Path) -> None:
+    """A plain command (words without quotes, operators or expansions) is typed as it is:
+    one that turns line editing off and on again (set +o emacs) no longer leaves the shell
+    at its continuation prompt, as it did through eval; a plain line that opens a compound
+    command still goes through eval and fails at once instead of waiting for its end."""
+    session = await initialize(client, workspace)
+    for command, status, output in (("set +o emacs", 0, ""), ("false", 1, ""),
+                                    ("echo  no-editing  here", 0, "no-editing here\n"),
+                                    ("set -o emacs", 0, ""), ("if true", 2, None),
+                                    ("echo back", 0, "back\n")):
+        ended = await run(client, session, command, wait=5)
+        assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
+        if output is not None:
+            assert ended["output"] == output, (command, ended)
+
+
 @pytest.mark.parametrize("over", ["in-process", "stdio"])
 async def test_a_long_command_reports_progress_each_second(
     tether_env: Config, workspace: Path, over: str

@@ -2,7 +2,8 @@
 
 A command is typed as one line, so multi-line commands, heredocs and unbalanced quotes
 behave exactly as in a script (one command line, one ``C`` marker, one ``D`` marker) instead
-of leaving the shell waiting at a continuation prompt: a short command as
+of leaving the shell waiting at a continuation prompt: a plain command (words without quotes,
+operators or expansions: ``git status``) as it is, another short one as
 `` eval $'<command>'`` with every byte that readline or history expansion could act on
 escaped, a long one written to a private file and run as `` . <file>`` (readline redraws a
 long line as it is typed). The bytes between ``C`` and ``D`` are the execution's output.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shlex
 from collections.abc import Callable, Mapping
@@ -60,12 +62,29 @@ _INLINE = [
 KILL_LINE = "\x15"
 
 
-def inline_line(command: str, kill: str = KILL_LINE) -> str | None:
-    """`` eval $'...'`` typing ``command`` in one line without a file, or None if too long.
+#: A command line that bash reads typed exactly as through ``eval``: words of characters
+#: that neither readline nor the parser treat specially (no quotes, expansions, operators,
+#: redirections, history or completion characters), so the line is always complete.
+_PLAIN_LINE = re.compile(r" *[A-Za-z0-9_./,:=+@%-]+(?: +[A-Za-z0-9_./,:=+@%-]+)* *")
+#: Words that open a compound command, which a plain line could leave waiting for its end.
+_OPENERS = frozenset({"if", "while", "until", "for", "select", "case", "function", "coproc"})
 
-    A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc). The body
-    ends with a newline, as the command file does, so a heredoc's delimiter is complete.
+
+def inline_line(command: str, kill: str = KILL_LINE) -> str | None:
+    """The line to type for ``command`` without a file, or None if too long: the command
+    itself when it is plain (``ls -la``, ``git status``, ``set +o emacs``), else
+    `` eval $'...'``, which puts any command on one line.
+
+    A plain line costs bash about 20 µs less to read and run (measured: 113-119 µs wall per
+    ``echo hi`` against 130-138 through eval), and behaves exactly as if typed: traps fire
+    once, and a command that changes line editing itself does not leave eval's line half
+    read. A leading space keeps either out of history (HISTCONTROL=ignorespace in the rc).
+    The eval body ends with a newline, as the command file does, so a heredoc's delimiter
+    is complete.
     """
+    if (len(command) <= INLINE_MAX and _PLAIN_LINE.fullmatch(command)
+            and not _OPENERS.intersection(command.split())):
+        return f"{kill} {command}\r"
     data = command.encode()
     if len(data) > INLINE_MAX:
         return None
