@@ -400,17 +400,18 @@ class GuardianLocator:
         )
 
     def known_thread(self, workspace_root: str, thread_id: str) -> dict[str, Any] | None:
-        """The thread's row from the workspace's catalog on disk (no guardian needed), or None
-        when this principal has no such thread there."""
+        """The thread's row from the workspace's catalog on disk, whose guardian is gone, read
+        without writing a byte (a crashed guardian's log index included), or None when this
+        principal has no such thread there."""
         paths = guardian_paths(self.config, self.principal, workspace_root)
         try:
-            return self._thread_row(paths, workspace_root, thread_id)
+            return self._thread_row(paths, workspace_root, thread_id, left_behind=True)
         except sqlite3.Error as exc:
             raise TetherError(ErrorCode.INTERNAL, f"cannot read {paths.catalog}: {exc}") from None
 
-    def _thread_row(self, paths: GuardianPaths, workspace_root: str,
-                    thread_id: str) -> dict[str, Any] | None:
-        thread = peek_thread(paths.catalog, thread_id)
+    def _thread_row(self, paths: GuardianPaths, workspace_root: str, thread_id: str, *,
+                    left_behind: bool = False) -> dict[str, Any] | None:
+        thread = peek_thread(paths.catalog, thread_id, left_behind=left_behind)
         if thread is None or (thread["principal"], thread["workspace_root"]) != (
                 self.principal, workspace_root):
             return None

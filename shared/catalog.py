@@ -948,16 +948,23 @@ class _Checkpointer:
             db.close()
 
 
-def peek_thread(path: Path, thread_id: str) -> dict[str, Any] | None:
+def peek_thread(path: Path, thread_id: str, *, left_behind: bool = False) -> dict[str, Any] | None:
     """A thread's row read straight from a catalog file, read-only, without a guardian.
 
     For checks that must not start anything (a thread id that no catalog knows cannot be
     served). ``None`` when there is no catalog or no such thread; an unreadable catalog
     raises ``sqlite3.Error`` so that callers can leave the decision to the guardian.
+
+    ``left_behind``: the catalog's guardian is gone and nothing is to be changed, not even
+    the log's index (:func:`open_left_behind`); otherwise ``mode=ro``, which follows a live
+    writer but rebuilds a crashed guardian's index (a guardian started next would anyway).
     """
     if not path.exists():
         return None
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+    if left_behind:
+        db = open_left_behind(path)
+    else:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
     try:
         db.row_factory = sqlite3.Row
         row = db.execute("SELECT * FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
@@ -988,7 +995,7 @@ def open_left_behind(path: Path) -> sqlite3.Connection:
     catalog locked for longer than two seconds.
 
     For catalogs no guardian is writing: with a live writer, a read-only index may give an
-    older snapshot (``peek_thread`` reads a live catalog).
+    older snapshot (``peek_thread`` without ``left_behind`` reads a live catalog).
     """
     wal, shm, journal = (path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))
     log_bytes = 0

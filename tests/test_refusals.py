@@ -27,6 +27,7 @@ from tether.frontend.tools import all_tools
 from tether.protocol import codec
 from tether.protocol.methods import METHODS
 from tether.shared.config import Config
+from tether.shared.paths import guardian_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -240,6 +241,29 @@ async def test_unknown_threads_start_no_guardian(tether_env: Config, tmp_path: P
 def _shells_of(config: Config, thread_id: str) -> list[int]:
     return [p.pid for p in processes_with_env("TETHER_THREAD_ID", thread_id)
             if p.environ().get("TETHER_RUNTIME_DIR") == str(config.runtime_dir)]
+
+
+async def test_status_of_a_crashed_guardians_thread_writes_nothing(
+        tether_env: Config, workspace: Path) -> None:
+    """Initialize {type: status} changes nothing, also when the thread's guardian crashed:
+    its catalog, log and log index keep every byte (before: opening the catalog mode=ro
+    rebuilt the crashed guardian's log index, rewriting the -shm file)."""
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        await run(client, session, "echo before-the-crash")
+        guardian = psutil.Process(session["guardian"]["pid"])
+        guardian.kill()
+        guardian.wait(timeout=10)
+        catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
+        files = [catalog.with_name(catalog.name + end) for end in ("", "-wal", "-shm")]
+        before = [(path.read_bytes(), path.stat().st_mtime_ns) for path in files]
+        status = (await call(client, "Initialize", {
+            "type": "status", "workspace_root": str(workspace),
+            "thread_id": session["thread_id"]}))["data"]
+        assert (status["guardian"]["running"], status["shell_running"]) == (False, False)
+        assert status["generation"] == session["generation"]
+        assert [(path.read_bytes(), path.stat().st_mtime_ns) for path in files] == before
+        assert tether_processes(tether_env.runtime_dir, "tether-guardian") == []
 
 
 async def test_status_and_screen_start_no_shell(tether_env: Config, workspace: Path) -> None:
