@@ -243,17 +243,27 @@ def _shells_of(config: Config, thread_id: str) -> list[int]:
             if p.environ().get("TETHER_RUNTIME_DIR") == str(config.runtime_dir)]
 
 
+async def _ran_then_lost(client: Client, workspace: Path, command: str, *,
+                         crash: bool) -> dict[str, Any]:
+    """A session that ran ``command``, whose guardian then stopped (SIGTERM) or crashed."""
+    session = await initialize(client, workspace)
+    await run(client, session, command)
+    guardian = psutil.Process(session["guardian"]["pid"])
+    if crash:
+        guardian.kill()
+    else:
+        guardian.terminate()
+    guardian.wait(timeout=10)
+    return session
+
+
 async def test_status_of_a_crashed_guardians_thread_writes_nothing(
         tether_env: Config, workspace: Path) -> None:
     """Initialize {type: status} changes nothing, also when the thread's guardian crashed:
     its catalog, log and log index keep every byte (before: opening the catalog mode=ro
     rebuilt the crashed guardian's log index, rewriting the -shm file)."""
     async with Client(build_server(tether_env)) as client:
-        session = await initialize(client, workspace)
-        await run(client, session, "echo before-the-crash")
-        guardian = psutil.Process(session["guardian"]["pid"])
-        guardian.kill()
-        guardian.wait(timeout=10)
+        session = await _ran_then_lost(client, workspace, "echo before-the-crash", crash=True)
         catalog = guardian_paths(tether_env, "local", str(workspace)).catalog
         files = [catalog.with_name(catalog.name + end) for end in ("", "-wal", "-shm")]
         before = [(path.read_bytes(), path.stat().st_mtime_ns) for path in files]
@@ -270,11 +280,7 @@ async def test_status_and_screen_start_no_shell(tether_env: Config, workspace: P
     """Issue 12 case 9: Initialize {type: status} and BashCommand {type: screen} without an
     execution id look, and start nothing: no shell, so no new generation."""
     async with Client(build_server(tether_env)) as client:
-        session = await initialize(client, workspace)
-        await run(client, session, "cd sub")
-        guardian = psutil.Process(session["guardian"]["pid"])
-        guardian.terminate()
-        guardian.wait(timeout=10)
+        session = await _ran_then_lost(client, workspace, "cd sub", crash=False)
         poll(lambda: not _shells_of(tether_env, session["thread_id"]), what="shell to end")
         status_args = {"type": "status", "workspace_root": str(workspace),
                        "thread_id": session["thread_id"]}
