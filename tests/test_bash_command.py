@@ -111,16 +111,17 @@ async def test_quotes_history_marks_and_non_ascii_reach_the_shell_intact(
     assert long["output"].strip() == "x" * 2000
 
 
-async def test_plain_commands_are_typed_as_they_are_and_end_truly(
+async def test_line_editing_switches_and_lines_bash_refuses_end_truly(
         client: Client, workspace: Path) -> None:
-    """A plain command (words without quotes, operators or expansions) is typed as it is:
-    one that turns line editing off and on again (set +o emacs) no longer leaves the shell
-    at its continuation prompt, as it did through eval; a plain line that opens a compound
-    command still goes through eval and fails at once instead of waiting for its end."""
+    """A command that switches line editing off (set +o emacs, set +o vi) no longer leaves
+    the shell at its continuation prompt, as it did typed through eval (the next command was
+    called discarded though it ran, and later ones were shell_busy); lines bash refuses
+    (a reserved word out of place, a construct left open) end at once with status 2."""
     session = await initialize(client, workspace)
     for command, status, output in (("set +o emacs", 0, ""), ("false", 1, ""),
                                     ("echo  no-editing  here", 0, "no-editing here\n"),
-                                    ("set -o emacs", 0, ""), ("if true", 2, None),
+                                    ("set -o vi", 0, ""), ("set +o vi", 0, ""), ("true", 0, ""),
+                                    ("set -o emacs", 0, ""), ("if true", 2, None), ("fi", 2, None),
                                     ("echo back", 0, "back\n")):
         ended = await run(client, session, command, wait=5)
         assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
@@ -209,6 +210,21 @@ async def test_commands_that_redirect_the_shells_own_output_keep_true_ends(
         "type": "get", "execution_id": ended["execution_id"]}))["data"]
     assert [e["kind"] for e in got["events"]] == ["marker_ignored"], got["events"]
     assert "start marker not seen" in got["events"][0]["detail"], got["events"]
+
+
+async def test_commands_that_restore_or_close_the_shells_stderr_keep_true_ends(
+        client: Client, workspace: Path) -> None:
+    """The command that gives the shell its stderr back (exec 2>&1 after exec 2>/dev/null)
+    ran although its C went to /dev/null: it is judged by where stderr went when it
+    started, not where it goes at its end; after exec 2>&- (no stderr at all) commands keep
+    their statuses (before: both were called discarded_before_start)."""
+    session = await initialize(client, workspace)
+    for command, status in (("exec 2>/dev/null", 0), ("exec 2>&1", 0), ("(exit 7)", 7),
+                            ("exec 2>&-", 0), ("false", 1), ("(exit 5)", 5),
+                            ("exec 2>/dev/tty", 0), ("echo seen", 0)):
+        ended = await run(client, session, command, wait=5)
+        assert (ended["status"], ended["exit_code"]) == ("exited", status), (command, ended)
+    assert ended["output"] == "seen\n"  # its C seen again: output captured
 
 
 async def test_a_process_substitution_left_open_does_not_keep_the_command_running(

@@ -15,6 +15,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from tether.shared.identity import process_marks
 
@@ -182,6 +183,18 @@ def writes_to_terminal(pid: int, fd: int) -> bool | None:
     """Does ``pid``'s descriptor ``fd`` reach its controlling terminal? None: unknown."""
     stat = proc_stat(pid)
     return None if stat is None else _is_controlling_terminal(stat, fd)
+
+
+def where_fd_goes(pid: int, fd: int) -> Literal["terminal", "elsewhere", "closed"] | None:
+    """Where ``pid``'s descriptor ``fd`` leads: its controlling terminal, elsewhere, or
+    nowhere (closed). None: unknown (no such process, or /proc unreadable)."""
+    stat = proc_stat(pid)
+    if stat is None:
+        return None
+    if not os.path.lexists(f"/proc/{pid}/fd/{fd}"):
+        return "closed" if os.path.isdir(f"/proc/{pid}/fd") else None
+    reaches = _is_controlling_terminal(stat, fd)
+    return None if reaches is None else "terminal" if reaches else "elsewhere"
 
 
 def waits_for_a_child_in_front(pid: int) -> bool:

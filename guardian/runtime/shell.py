@@ -2,14 +2,14 @@
 
 A command is typed as one line, so multi-line commands, heredocs and unbalanced quotes
 behave exactly as in a script (one command line, one ``C`` marker, one ``D`` marker) instead
-of leaving the shell waiting at a continuation prompt: a plain command (words without quotes,
-operators or expansions: ``git status``) as it is, another short one as
+of leaving the shell waiting at a continuation prompt: a short command as
 `` eval $'<command>'`` with every byte that readline or history expansion could act on
-escaped, a long one written to a private file and run as `` . <file>`` (readline redraws a
-long line as it is typed). The bytes between ``C`` and ``D`` are the execution's output.
-Each line starts with the kill-line key (``Ctrl-u``, :data:`KILL_LINE`): stray input already
-in the line editor (a late answer to a terminal query, a person's half-typed line) is
-discarded instead of becoming the start of the command.
+escaped (a line-editing switch, ``set +o emacs``, as it is), a long one written to a private
+file and run as `` . <file>`` (readline redraws a long line as it is typed). The bytes
+between ``C`` and ``D`` are the execution's output. Each line starts with the kill-line key
+(``Ctrl-u``, :data:`KILL_LINE`): stray input already in the line editor (a late answer to a
+terminal query, a person's half-typed line) is discarded instead of becoming the start of
+the command.
 
 An end marker is only a claim: the command has ended when the kernel confirms that the
 shell is back at its prompt (``kernel.why_not_at_prompt``), checked right after the marker
@@ -62,28 +62,24 @@ _INLINE = [
 KILL_LINE = "\x15"
 
 
-#: A command line that bash reads typed exactly as through ``eval``: words of characters
-#: that neither readline nor the parser treat specially (no quotes, expansions, operators,
-#: redirections, history or completion characters), so the line is always complete.
-_PLAIN_LINE = re.compile(r" *[A-Za-z0-9_./,:=+@%-]+(?: +[A-Za-z0-9_./,:=+@%-]+)* *")
-#: Words that open a compound command, which a plain line could leave waiting for its end.
-_OPENERS = frozenset({"if", "while", "until", "for", "select", "case", "function", "coproc"})
+#: A command that switches line editing (readline) off or on. Through ``eval`` it changes
+#: readline while readline still holds the line that ran it: bash then waits at its
+#: continuation prompt (``set +o emacs``, ``set +o vi``), and the next command is lost. Typed
+#: as it is, it is read and run as a person's would be. Only these are: any other line typed
+#: bare could meet an alias, a reserved word or a changed ``histchars`` that ``eval $'...'``
+#: is immune to.
+_EDITING_SWITCH = re.compile(r" *set +[-+]o +(?:emacs|vi) *")
 
 
 def inline_line(command: str, kill: str = KILL_LINE) -> str | None:
-    """The line to type for ``command`` without a file, or None if too long: the command
-    itself when it is plain (``ls -la``, ``git status``, ``set +o emacs``), else
-    `` eval $'...'``, which puts any command on one line.
+    """The line to type for ``command`` without a file, or None if too long:
+    `` eval $'...'``, which puts any command on one line, or a line-editing switch as it is
+    (:data:`_EDITING_SWITCH`).
 
-    A plain line costs bash about 20 µs less to read and run (measured: 113-119 µs wall per
-    ``echo hi`` against 130-138 through eval), and behaves exactly as if typed: traps fire
-    once, and a command that changes line editing itself does not leave eval's line half
-    read. A leading space keeps either out of history (HISTCONTROL=ignorespace in the rc).
-    The eval body ends with a newline, as the command file does, so a heredoc's delimiter
-    is complete.
+    A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc). The eval
+    body ends with a newline, as the command file does, so a heredoc's delimiter is complete.
     """
-    if (len(command) <= INLINE_MAX and _PLAIN_LINE.fullmatch(command)
-            and not _OPENERS.intersection(command.split())):
+    if _EDITING_SWITCH.fullmatch(command):
         return f"{kill} {command}\r"
     data = command.encode()
     if len(data) > INLINE_MAX:
@@ -176,8 +172,14 @@ class MainShell:
         # The typed command line has not started running yet (no C since it was typed).
         self._awaiting_start = False
         self._discard_check = False
-        # A D while our line's C was not seen, and whether the shell's stderr reaches its
-        # terminal could not be read then: decided once the shell is back at its prompt.
+        # Did the shell's stderr, where PS0 prints a line's C, reach its terminal at its last
+        # prompt (None: not known)? Read after each end, off the reply's path, so that a D
+        # without its C is judged by where the C went, not by where a command moved stderr
+        # since (exec 2>&1 after exec 2>/dev/null).
+        self._stderr_at_prompt: bool | None = None
+        self._stderr_note: asyncio.Handle | None = None
+        # A D while our line's C was not seen, and where stderr went is not known: decided
+        # once the shell is back at its prompt.
         self._unseen_start: _EndCandidate | None = None
         # The final screen of the last command, drawn right after its end was answered
         # (Finisher.finish, defer_screen) and always before the screen changes again.
@@ -224,6 +226,11 @@ class MainShell:
         """``live`` is the execution whose output the next C..D window belongs to."""
         self.current = live
         self._awaiting_start = True
+        if self._stderr_note is not None:  # typed before the note's turn came: read it now
+            self._stderr_note.cancel()
+            self._note_stderr(at_prompt=True)
+        elif self._stderr_at_prompt is None:  # the first line (the hook may still run)
+            self._note_stderr(at_prompt=False)
 
     def defer_draw(self, draw: Callable[[], Callable[[], None] | None]) -> None:
         """Run ``draw`` (it reads this shell's screen, and may return a write to do after)
@@ -250,11 +257,26 @@ class MainShell:
         self.runtime.resize(rows, cols)
         self.screen.resize(cols, rows)
 
-    def _stderr_reaches_terminal(self) -> bool | None:
-        """Does the shell's stderr (where PS0 prints C) reach its terminal? None: unknown,
-        as while the prompt hook runs (its stderr is closed then)."""
+    def _stderr_reaches_terminal(self, *, at_prompt: bool) -> bool | None:
+        """Does the shell's stderr (where PS0 prints C) reach its terminal? A closed one does
+        not, when read with the shell waiting at its prompt (``at_prompt``); otherwise it may
+        be the prompt hook's (run with stderr closed): None, unknown."""
         pid = self.runtime.pid
-        return None if pid is None else kernel.writes_to_terminal(pid, 2)
+        where = None if pid is None else kernel.where_fd_goes(pid, 2)
+        if where == "closed":
+            return False if at_prompt else None
+        return None if where is None else where == "terminal"
+
+    def _note_stderr_soon(self) -> None:
+        """The shell waits at its prompt: note where its stderr goes, on the next loop turn
+        (after the reply that is on its way)."""
+        if self._stderr_note is None:
+            self._stderr_note = asyncio.get_running_loop().call_soon(
+                self._note_stderr, True)
+
+    def _note_stderr(self, at_prompt: bool) -> None:
+        self._stderr_note = None
+        self._stderr_at_prompt = self._stderr_reaches_terminal(at_prompt=at_prompt)
 
     def _respond(self, data: bytes) -> None:
         self._answers.answer(data)
@@ -302,6 +324,7 @@ class MainShell:
         elif marker.kind == "C":
             if self._end is None:
                 self._in_command = True
+                self._stderr_at_prompt = None  # the command may move it
                 self._command_no += 1
                 self._awaiting_start = False
                 self._discard_check = False
@@ -315,13 +338,14 @@ class MainShell:
                               "command line of its own (not recorded as an execution)")
         elif marker.kind == "D":
             if not self._in_command and self._awaiting_start and self.current is not None:
-                reaches = self._stderr_reaches_terminal()
-                if reaches is None:
-                    # Read again when the shell waits at its prompt, its stderr restored.
+                reached = self._stderr_at_prompt
+                if reached is None:
+                    # Read when the shell waits at its prompt again (not while the prompt
+                    # hook, which printed this D, runs with stderr closed).
                     self._unseen_start = _EndCandidate(marker.exit_code)
                     self._schedule_check(restart=True)
                     return
-                if not reaches:
+                if not reached:
                     self._start_unseen()
             if not self._in_command:
                 self._ignored(f"end marker (exit {marker.exit_code}) while no command line ran")
@@ -362,7 +386,7 @@ class MainShell:
             return
         if self._unseen_start is not None:
             unseen, self._unseen_start = self._unseen_start, None
-            if self._awaiting_start and self._stderr_reaches_terminal() is False:
+            if self._awaiting_start and self._stderr_reaches_terminal(at_prompt=True) is False:
                 self._start_unseen()
                 self._end = unseen
             else:
@@ -373,6 +397,7 @@ class MainShell:
             self._discard_check = False
             discarded, self.current = self.current, None
             self._awaiting_start = False
+            self._note_stderr_soon()
             self._listener.command_discarded(discarded)
 
     def _confirm_end(self) -> None:
@@ -381,6 +406,7 @@ class MainShell:
         assert self._end is not None
         exit_code, self._end = self._end.exit_code, None
         self._in_command = False
+        self._note_stderr_soon()
         self._unlink_command_file()
         pid = self.runtime.pid
         cwd = kernel.cwd_of(pid) if pid is not None else None
@@ -411,6 +437,7 @@ class MainShell:
         self._in_command = True
         self._awaiting_start = False
         self._discard_check = False
+        self._stderr_at_prompt = None  # the command may move it
         self._ignored("start marker not seen (the shell's stderr does not reach its "
                       "terminal): the command ran, but its output was not captured")
 
@@ -438,6 +465,9 @@ class MainShell:
     def close(self) -> None:
         self.flush_draw()
         self._answers.close()
+        if self._stderr_note is not None:
+            self._stderr_note.cancel()
+            self._stderr_note = None
         if self._check is not None:
             self._check.cancel()
             self._check = None
