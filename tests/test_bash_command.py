@@ -227,6 +227,37 @@ async def test_commands_that_restore_or_close_the_shells_stderr_keep_true_ends(
     assert ended["output"] == "seen\n"  # its C seen again: output captured
 
 
+async def test_a_line_typed_ahead_that_reads_and_moves_stderr_leaves_true_statuses(
+        client: Client, workspace: Path) -> None:
+    """A line typed ahead into a command may wait in `read` (which looks like a prompt to the
+    kernel) and move the shell's stderr: where stderr went is then not trusted, and the next
+    command is judged at a real prompt. A command swallowed by that `read` did not run
+    (before: exited with the typed-ahead line's status), and one whose first byte the `read`
+    took did run (before: discarded)."""
+    session = await initialize(client, workspace)
+
+    async def type_ahead(text: str) -> None:
+        started = await bash(client, session, {"type": "command", "command": "sleep 1"},
+                             wait=0.2)
+        assert started["status"] == "running", started
+        await bash(client, session, {"type": "send_text", "text": text, "submit": True,
+                                     "execution_id": started["execution_id"]}, wait=0.2)
+        ended = await bash(client, session, {"type": "status_check",
+                                             "execution_id": started["execution_id"]}, wait=10)
+        assert (ended["status"], ended["exit_code"]) == ("exited", 0), ended
+
+    await type_ahead("exec 2>/dev/null; read x; exec 2>&1; (exit 3)")
+    swallowed = await run(client, session, f"touch {workspace / 'swallowed'}", wait=5)
+    assert (swallowed["status"], swallowed["reason"]) == ("unknown", "discarded_before_start")
+    assert not (workspace / "swallowed").exists()
+    await type_ahead("read -n1 x; exec 2>/dev/null")  # takes only the line's Ctrl-u
+    ran = await run(client, session, f"touch {workspace / 'ran'}; (exit 3)", wait=5)
+    assert (ran["status"], ran["exit_code"]) == ("exited", 3), ran
+    assert (workspace / "ran").exists()
+    assert (await run(client, session, "exec 2>&1"))["exit_code"] == 0
+    assert (await run(client, session, "echo back"))["output"] == "back\n"
+
+
 async def test_a_process_substitution_left_open_does_not_keep_the_command_running(
         client: Client, workspace: Path) -> None:
     """exec 3> >(cat) leaves a child of the shell in its process group for the shell's whole

@@ -178,6 +178,10 @@ class MainShell:
         # since (exec 2>&1 after exec 2>/dev/null).
         self._stderr_at_prompt: bool | None = None
         self._stderr_note: asyncio.Handle | None = None
+        # A line not ours ran (typed ahead into a command, or swallowing ours): the shell may
+        # have looked idle while that line's `read` waited, so no reading since is trusted
+        # until one of our commands ends at a real prompt; a D without C waits for that.
+        self._stderr_unsure = False
         # A D while our line's C was not seen, and where stderr went is not known: decided
         # once the shell is back at its prompt.
         self._unseen_start: _EndCandidate | None = None
@@ -229,8 +233,8 @@ class MainShell:
         if self._stderr_note is not None:  # typed before the note's turn came: read it now
             self._stderr_note.cancel()
             self._note_stderr(at_prompt=True)
-        elif self._stderr_at_prompt is None:  # the first line (the hook may still run)
-            self._note_stderr(at_prompt=False)
+        elif self._stderr_at_prompt is None and not self._stderr_unsure:
+            self._note_stderr(at_prompt=False)  # the first line (the hook may still run)
 
     def defer_draw(self, draw: Callable[[], Callable[[], None] | None]) -> None:
         """Run ``draw`` (it reads this shell's screen, and may return a write to do after)
@@ -277,6 +281,14 @@ class MainShell:
     def _note_stderr(self, at_prompt: bool) -> None:
         self._stderr_note = None
         self._stderr_at_prompt = self._stderr_reaches_terminal(at_prompt=at_prompt)
+
+    def _distrust_stderr(self) -> None:
+        """A line not ours ran: forget where stderr went (see ``_stderr_unsure``)."""
+        self._stderr_unsure = True
+        self._stderr_at_prompt = None
+        if self._stderr_note is not None:
+            self._stderr_note.cancel()
+            self._stderr_note = None
 
     def _respond(self, data: bytes) -> None:
         self._answers.answer(data)
@@ -334,11 +346,12 @@ class MainShell:
                 # ended. The end stays ours; it is confirmed when the shell is back at its
                 # prompt, after that line.
                 self._end.next_line = True
+                self._distrust_stderr()
                 self._ignored("a line typed ahead into this command ran after it, as a "
                               "command line of its own (not recorded as an execution)")
         elif marker.kind == "D":
             if not self._in_command and self._awaiting_start and self.current is not None:
-                reached = self._stderr_at_prompt
+                reached = None if self._stderr_unsure else self._stderr_at_prompt
                 if reached is None:
                     # Read when the shell waits at its prompt again (not while the prompt
                     # hook, which printed this D, runs with stderr closed).
@@ -349,6 +362,7 @@ class MainShell:
                     self._start_unseen()
             if not self._in_command:
                 self._ignored(f"end marker (exit {marker.exit_code}) while no command line ran")
+                self._distrust_stderr()
                 return
             if self._end is not None and self._end.next_line:
                 self._schedule_check(restart=True)  # the end of the line typed ahead
@@ -391,22 +405,27 @@ class MainShell:
                 self._end = unseen
             else:
                 self._ignored(f"end marker (exit {unseen.exit_code}) while no command line ran")
+                self._distrust_stderr()
         if self._end is not None:
             self._confirm_end()
         elif self._discard_check and self._awaiting_start and self.current is not None:
             self._discard_check = False
             discarded, self.current = self.current, None
             self._awaiting_start = False
-            self._note_stderr_soon()
+            if not self._stderr_unsure:
+                self._note_stderr_soon()
             self._listener.command_discarded(discarded)
 
     def _confirm_end(self) -> None:
         """The shell is back at its prompt: the command ended with the marker's exit code,
         in the directory the kernel reports. Bytes after the marker were the prompt."""
         assert self._end is not None
-        exit_code, self._end = self._end.exit_code, None
+        candidate, self._end = self._end, None
+        exit_code = candidate.exit_code
         self._in_command = False
-        self._note_stderr_soon()
+        if not candidate.next_line:  # our command's end, at a real prompt
+            self._stderr_unsure = False
+            self._note_stderr_soon()
         self._unlink_command_file()
         pid = self.runtime.pid
         cwd = kernel.cwd_of(pid) if pid is not None else None
