@@ -179,12 +179,6 @@ def _read_fd(number: int, args: list[int]) -> int | None:
 _DEV_TTY = (5, 0)
 
 
-def writes_to_terminal(pid: int, fd: int) -> bool | None:
-    """Does ``pid``'s descriptor ``fd`` reach its controlling terminal? None: unknown."""
-    stat = proc_stat(pid)
-    return None if stat is None else _is_controlling_terminal(stat, fd)
-
-
 def where_fd_goes(pid: int, fd: int) -> Literal["terminal", "elsewhere", "closed"] | None:
     """Where ``pid``'s descriptor ``fd`` leads: its controlling terminal, elsewhere, or
     nowhere (closed). None: unknown (no such process, or /proc unreadable)."""

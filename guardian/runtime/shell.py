@@ -6,10 +6,11 @@ of leaving the shell waiting at a continuation prompt: a short command as
 `` eval $'<command>'`` with every byte that readline or history expansion could act on
 escaped (a line-editing switch, ``set +o emacs``, as it is), a long one written to a private
 file and run as `` . <file>`` (readline redraws a long line as it is typed). The bytes
-between ``C`` and ``D`` are the execution's output. Each line starts with the kill-line key
-(``Ctrl-u``, :data:`KILL_LINE`): stray input already in the line editor (a late answer to a
-terminal query, a person's half-typed line) is discarded instead of becoming the start of
-the command.
+between ``C`` and ``D`` are the execution's output. Each line starts with the terminal's
+kill character (Ctrl-u unless ``stty kill`` changed it: ``PtyRuntime.kill_char``), which
+readline binds to unix-line-discard: stray input already in the line editor (a late answer to
+a terminal query, a person's half-typed line) is discarded instead of becoming the start of
+the command; none is typed when the terminal has it disabled.
 
 An end marker is only a claim: the command has ended when the kernel confirms that the
 shell is back at its prompt (``kernel.why_not_at_prompt``), checked right after the marker
@@ -55,13 +56,6 @@ _INLINE = [
 ]
 
 
-#: The terminal's usual kill character (Ctrl-u), which readline binds to unix-line-discard:
-#: what stands before a typed command line on the prompt is thrown away. The character typed
-#: is the terminal's own at the time (``stty kill`` changes it, and readline follows), or
-#: none when it is disabled.
-KILL_LINE = "\x15"
-
-
 #: A command that switches line editing (readline) off or on. Through ``eval`` it changes
 #: readline while readline still holds the line that ran it: bash then waits at its
 #: continuation prompt (``set +o emacs``, ``set +o vi``), and the next command is lost. Typed
@@ -71,12 +65,13 @@ KILL_LINE = "\x15"
 _EDITING_SWITCH = re.compile(r" *set +[-+]o +(?:emacs|vi) *")
 
 
-def inline_line(command: str, kill: str = KILL_LINE) -> str | None:
+def inline_line(command: str, kill: str) -> str | None:
     """The line to type for ``command`` without a file, or None if too long:
     `` eval $'...'``, which puts any command on one line, or a line-editing switch as it is
     (:data:`_EDITING_SWITCH`).
 
-    A leading space keeps it out of history (HISTCONTROL=ignorespace in the rc). The eval
+    ``kill``: the terminal's kill character, typed first (see the module's text). A leading
+    space keeps it out of history (HISTCONTROL=ignorespace in the rc). The eval
     body ends with a newline, as the command file does, so a heredoc's delimiter is complete.
     """
     if _EDITING_SWITCH.fullmatch(command):
@@ -217,7 +212,7 @@ class MainShell:
         kill = self.runtime.kill_char()
         return inline_line(command, kill) or self.command_file(execution_id, command, kill)
 
-    def command_file(self, execution_id: str, command: str, kill: str = KILL_LINE) -> str:
+    def command_file(self, execution_id: str, command: str, kill: str) -> str:
         """Write ``command`` to a private file; return the line to type for it."""
         path = self._scratch / f"cmd-{execution_id}.sh"
         # Read once by the shell a moment later; it need not survive a power cut.
