@@ -39,8 +39,9 @@ def tmux_baseline(rounds: int) -> list[float]:
         return []
     sock = f"tether-bench-{os.getpid()}"
     tmux = ["tmux", "-L", sock]
+    home = tempfile.mkdtemp(prefix="tb-tmux-", dir="/tmp")
     subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "40", "bash --norc -i"],
-                   check=True, env={**os.environ, "HOME": tempfile.mkdtemp()})
+                   check=True, env={**os.environ, "HOME": home})
     samples = []
     try:
         time.sleep(0.3)
@@ -58,6 +59,7 @@ def tmux_baseline(rounds: int) -> list[float]:
             time.sleep(0.02)
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
+        shutil.rmtree(home, ignore_errors=True)
     return samples
 
 

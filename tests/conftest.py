@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -37,7 +38,7 @@ def tether_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
     """Private state and runtime dirs (short paths: ipc paths must stay under 107 bytes).
 
     Everything a test starts inherits TETHER_RUNTIME_DIR, which is how teardown finds and
-    stops every guardian, shell and child it left behind.
+    stops every guardian, shell and child it left behind; then the directory is removed.
     """
     base = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))
     os.chmod(base, 0o700)
@@ -55,6 +56,8 @@ def tether_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
     monkeypatch.delenv("TETHER_EXECUTION_ID", raising=False)
     yield Config.from_env()
     kill_tree(runtime)
+    # Nothing of the test's is left running: its state goes too (a full suite makes ~900).
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

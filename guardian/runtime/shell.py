@@ -407,9 +407,9 @@ class MainShell:
             self._discard_check = False
             discarded, self.current = self.current, None
             self._awaiting_start = False
-            if not self._stderr_unsure:
-                self._note_stderr_soon()
             self._listener.command_discarded(discarded)
+            if not self._stderr_unsure:
+                self._note_stderr_soon()  # after the end's waiters: they wake first
 
     def _confirm_end(self) -> None:
         """The shell is back at its prompt: the command ended with the marker's exit code,
@@ -420,7 +420,6 @@ class MainShell:
         self._in_command = False
         if not candidate.next_line:  # our command's end, at a real prompt
             self._stderr_unsure = False
-            self._note_stderr_soon()
         self._unlink_command_file()
         pid = self.runtime.pid
         cwd = kernel.cwd_of(pid) if pid is not None else None
@@ -429,6 +428,9 @@ class MainShell:
         finished, self.current = self.current, None
         if finished is not None:
             self._listener.command_finished(finished, exit_code)
+        if not candidate.next_line:
+            # Scheduled after the end (which wakes the reply's task): the reply goes first.
+            self._note_stderr_soon()
 
     def _reject_end(self, why: str) -> None:
         """The end marker was not the shell's: what followed it is the command's output."""
