@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.helpers import guardian_thread, poll
 from tether.frontend.guardians import GuardianHandle
 from tether.guardian.agents.recovery import recovery_advice
-from tether.guardian.history.journal import Journal
+from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention, RetentionLimits
 from tether.guardian.rpc.idempotency import IdempotencyLedger
 from tether.guardian.runtime.live import LiveExecution
@@ -31,6 +31,7 @@ from tether.shared import catalog as catalog_module
 from tether.shared.catalog import Catalog
 from tether.shared.config import Config
 from tether.shared.paths import GuardianPaths, guardian_paths
+from tether.shared.segments import segment_path
 
 pytestmark = pytest.mark.anyio
 
@@ -402,6 +403,23 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         reader.close()
 
 
+async def test_each_command_takes_the_spare_journal_file_and_the_next_is_made_after_its_reply(
+        tether_env: Config, workspace: Path) -> None:
+    journals = guardian_paths(tether_env, "local", str(workspace)).journals
+    async with guardian_thread(tether_env, workspace) as (handle, scope):
+        spare = journals / SpareFile.NAME
+        assert spare.exists()  # made when the guardian started
+        inode = spare.stat().st_ino
+        done = await _echo(handle, scope, "spare-one")
+        first = segment_path(journals, done.execution.execution_id, 0)
+        assert first.read_bytes().strip() == b"spare-one"
+        assert first.stat().st_ino == inode  # the spare, renamed
+        poll(spare.exists, what="the next spare, made after the reply")
+        inode = spare.stat().st_ino
+        again = await _echo(handle, scope, "spare-two")
+        assert segment_path(journals, again.execution.execution_id, 0).stat().st_ino == inode
+
+
 # -- journals -------------------------------------------------------------------------------
 
 
@@ -422,6 +440,33 @@ def test_opening_the_journal_file_early_keeps_what_was_appended(tmp_path: Path) 
     assert refused.write_error is not None
     refused.append(b"held")
     assert (refused.unwritten, refused.read(0, 10)) == (4, b"held")
+
+
+def test_a_journal_takes_the_spare_file_made_ahead(tmp_path: Path) -> None:
+    spare = SpareFile(tmp_path)
+    taken = Journal(tmp_path, "ex_1", new=True)
+    taken.open(spare)  # no spare yet: a file of its own
+    assert segment_path(tmp_path, "ex_1", 0).exists() and not spare.path.exists()
+    spare.refill()
+    spare.refill()  # one at a time
+    assert spare.path.exists()
+    journal = Journal(tmp_path, "ex_2", new=True)
+    journal.open(spare)
+    assert not spare.path.exists()  # renamed into the journal's first segment
+    journal.append(b"into the spare")
+    assert Journal(tmp_path, "ex_2").read(0, 100) == b"into the spare"
+    assert segment_path(tmp_path, "ex_2", 0).read_bytes() == b"into the spare"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        segment_path(tmp_path, "ex_1", 0).name, segment_path(tmp_path, "ex_2", 0).name]
+    # One a dead guardian left is used again, empty; one that cannot be moved is let go.
+    spare.path.write_bytes(b"left")
+    again = SpareFile(tmp_path)
+    again.refill()
+    assert spare.path.read_bytes() == b""
+    assert again.take(tmp_path / "missing" / "ex_3.seg") is None
+    again.refill()
+    assert spare.path.exists()
+    again.close()
 
 
 def test_pruning_deletes_exactly_the_victims_journals(tmp_path: Path) -> None:

@@ -89,3 +89,4 @@ class Runtime:
         for live in self.live:
             self.finisher.finish(live, None, reason="guardian_stopped", status="unknown", now=True)
         self.threads.close_all()
+        self.live.spare.close()

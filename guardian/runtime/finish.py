@@ -111,6 +111,7 @@ class Finisher:
             live.journal.close()
             self.keep(live.execution_id, **fields)  # the staged end is written with it
             self._notifier.notify()
+            self._live.spare.refill()  # the next command's journal file, off its path
 
         return write
 

@@ -110,10 +110,9 @@ class Launcher:
         shell.attach(live)
         line = shell.command_line(live.execution_id, params.command)
         await deliver(live, line.encode(), write_timeout_s)
-        # While the shell reads the line and runs it, create and open the journal's file
-        # (the first output would otherwise wait for it: a new directory entry costs tens
-        # of µs).
-        live.journal.open()
+        # While the shell reads the line and runs it, give the journal its file (the first
+        # output would otherwise wait for it): the spare one, renamed, else a new one.
+        live.journal.open(self._live.spare)
         outcome: dict[str, Any] = {"execution_id": live.execution_id, "input_sent": True}
         replaced = self._threads.take_replaced(thread["thread_id"])
         if replaced is not None:  # the first command in a shell that replaced a lost one
