@@ -453,17 +453,14 @@ anyio.run(main)
 """
 
 
-def _floor_params(base: Path) -> Any:
+async def sdk_floor_stdio(rounds: int, base: Path) -> list[float]:
+    """A no-op tool of a bare SDK server over stdio (the transport's own cost)."""
     from mcp import StdioServerParameters
 
     script = base / "floor_server.py"
     script.write_text(FLOOR_SERVER)
-    return StdioServerParameters(command=sys.executable, args=[str(script)], env=dict(os.environ))
-
-
-async def sdk_floor_stdio(rounds: int, base: Path) -> list[float]:
-    """A no-op tool of a bare SDK server over stdio (the transport's own cost)."""
-    async with Client(_floor_params(base)) as client:
+    params = StdioServerParameters(command=sys.executable, args=[str(script)], env=dict(os.environ))
+    async with Client(params) as client:
         for _ in range(5):
             await client.call_tool("noop", {})
         return await _roundtrips(lambda: client.call_tool("noop", {}), rounds)
@@ -476,36 +473,23 @@ def _serve_params() -> Any:
                                  args=["serve"], env=dict(os.environ))
 
 
-async def stdio_echo(rounds: int, workspace: Path, base: Path
-                     ) -> tuple[list[float], list[float], list[float]]:
-    """``BashCommand echo hi`` and ``Execution.list`` through ``tether serve`` over stdio, and
-    the bare-SDK no-op beside them: batches of ten calls of each in turn (back to back within
-    a batch, as an agent's burst of commands), so that a change of the machine's load (a
-    shared host moves every figure by tens of percent within minutes) weighs on the floor
-    and on what is measured against it alike. Returns (echoes, lists, floors)."""
-    async with Client(_serve_params()) as client, Client(_floor_params(base)) as floor:
+async def stdio_echo(rounds: int, workspace: Path) -> tuple[list[float], list[float]]:
+    """``BashCommand echo hi`` and ``Execution.list`` through ``tether serve`` over stdio."""
+    async with Client(_serve_params()) as client:
         session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
         args = {**scope, "action_json": {"type": "command", "command": "echo hi"}}
-        listing = {**scope, "action": {"type": "list", "limit": 5}}
         for _ in range(3):  # warm the shell, the guardian connection and the front-end
             await client.call_tool("BashCommand", args)
-            await floor.call_tool("noop", {})
 
         async def echo() -> None:
             result = await client.call_tool("BashCommand", args)
             assert result.structured_content and result.structured_content["data"]["exit_code"] == 0
 
-        echoes: list[float] = []
-        lists: list[float] = []
-        floors: list[float] = []
-        batch = 10
-        for done in range(0, rounds, batch):
-            n = min(batch, rounds - done)
-            floors += await _roundtrips(lambda: floor.call_tool("noop", {}), n)
-            echoes += await _roundtrips(echo, n)
-            lists += await _roundtrips(lambda: client.call_tool("Execution", listing), n)
-    return echoes, lists, floors
+        echoes = await _roundtrips(echo, rounds)
+        listing = {**scope, "action": {"type": "list", "limit": 5}}
+        lists = await _roundtrips(lambda: client.call_tool("Execution", listing), rounds)
+    return echoes, lists
 
 
 # -- the guardian's event loop under a full-screen stream ----------------------------------
@@ -686,13 +670,13 @@ def bench_floor(run: Run) -> None:
 
 
 def bench_stdio(run: Run) -> None:
-    echoes, lists, floors = asyncio.run(stdio_echo(run.args.rounds, run.workspace, run.base))
-    floor, tmux = _ms(floors, .5), run.tmux()
+    echoes, lists = asyncio.run(stdio_echo(run.args.rounds, run.workspace))
+    floor, tmux = _ms(run.floor(), .5), run.tmux()
     e50 = _ms(echoes, .5)
     print(f"[stdio] BashCommand echo over stdio: p50 {e50:.2f} ms  p95 {_ms(echoes, .95):.2f} ms "
           f"(target p50 <= 2.0 ms)")
-    print(f"[stdio]   above the bare-SDK floor ({floor:.2f} ms, in batches in turn with it): "
-          f"+{e50 - floor:.2f} ms (target <= +1.2 ms)")
+    print(f"[stdio]   above the bare-SDK floor ({floor:.2f} ms): +{e50 - floor:.2f} ms "
+          f"(target <= +1.2 ms)")
     if tmux:
         print(f"[stdio]   tmux send-keys + capture-pane p50 {_ms(tmux, .5):.2f} ms; "
               f"ratio echo/tmux {e50 / _ms(tmux, .5):.2f} (target <= 0.5)")
