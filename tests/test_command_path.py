@@ -467,6 +467,8 @@ def test_a_journal_takes_the_spare_file_made_ahead(tmp_path: Path) -> None:
     again.refill()
     assert spare.path.exists()
     again.close()
+    taken.close()
+    journal.close()
 
 
 def test_pruning_deletes_exactly_the_victims_journals(tmp_path: Path) -> None:

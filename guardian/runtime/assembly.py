@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tether.guardian.history.journal import SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.inputs import InputDesk
@@ -40,6 +41,9 @@ class Runtime:
     launcher: Launcher
     inputs: InputDesk
     results: Results
+    #: The next journal's file, made ahead: the launcher gives it to a new main-shell
+    #: command's journal, the finisher makes the next one after that command's reply.
+    spare: SpareFile
 
     @classmethod
     def build(
@@ -60,19 +64,24 @@ class Runtime:
         catalog.on_staged_written = notifier.notify
         live = LiveTable(paths.journals, catalog.output_figures)
         retention = Retention(catalog, paths, clock)
-        finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier)
+        spare = SpareFile(paths.journals)
+        spare.refill()
+        finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier,
+                            spare=spare)
         threads = Threads(scope=scope, catalog=catalog, paths=paths, clock=clock,
                           finisher=finisher, notifier=notifier, base_env=base_env,
                           mode_sandbox=mode_sandbox)
         launcher = Launcher(scope=scope, catalog=catalog, paths=paths, clock=clock,
                             instance_id=instance_id, live=live, threads=threads,
-                            finisher=finisher, notifier=notifier, retention=retention)
+                            finisher=finisher, notifier=notifier, retention=retention,
+                            spare=spare)
         return cls(
             catalog=catalog, paths=paths, clock=clock, scope=scope, notifier=notifier,
             live=live, retention=retention, finisher=finisher, threads=threads,
             launcher=launcher, inputs=InputDesk(scope=scope, live=live, threads=threads),
             results=Results(scope=scope, catalog=catalog, live=live, threads=threads,
                             notifier=notifier),
+            spare=spare,
         )
 
     def has_running_work(self) -> bool:
@@ -89,4 +98,4 @@ class Runtime:
         for live in self.live:
             self.finisher.finish(live, None, reason="guardian_stopped", status="unknown", now=True)
         self.threads.close_all()
-        self.live.spare.close()
+        self.spare.close()

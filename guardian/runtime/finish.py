@@ -30,7 +30,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from tether.guardian.history.journal import Journal
+from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.shared.catalog import Catalog
@@ -53,12 +53,14 @@ class Finisher:
     """Persists the end of executions and wakes whoever waits on them."""
 
     def __init__(
-        self, *, catalog: Catalog, clock: Clock, live: LiveTable, notifier: ChangeNotifier
+        self, *, catalog: Catalog, clock: Clock, live: LiveTable, notifier: ChangeNotifier,
+        spare: SpareFile,
     ) -> None:
         self._catalog = catalog
         self._clock = clock
         self._live = live
         self._notifier = notifier
+        self._spare = spare
         self._drawing: dict[str, asyncio.Task[None]] = {}
         self._unflushed: list[Journal] = []  # journals of ended executions with held bytes
         self._retry: asyncio.TimerHandle | None = None
@@ -111,7 +113,7 @@ class Finisher:
             live.journal.close()
             self.keep(live.execution_id, **fields)  # the staged end is written with it
             self._notifier.notify()
-            self._live.spare.refill()  # the next command's journal file, off its path
+            self._spare.refill()  # the next command's journal file, off its path
 
         return write
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.guardian.agents.recovery import recovery_advice
-from tether.guardian.history.journal import Journal
+from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime import sandbox
 from tether.guardian.runtime.eager import in_task
@@ -51,6 +51,7 @@ class Launcher:
         finisher: Finisher,
         notifier: ChangeNotifier,
         retention: Retention,
+        spare: SpareFile,
     ) -> None:
         self._scope = scope
         self._catalog = catalog
@@ -62,6 +63,7 @@ class Launcher:
         self._finisher = finisher
         self._notifier = notifier
         self._retention = retention
+        self._spare = spare
 
     async def start(
         self, params: ExecStartParams, *, write_timeout_s: float,
@@ -112,7 +114,7 @@ class Launcher:
         await deliver(live, line.encode(), write_timeout_s)
         # While the shell reads the line and runs it, give the journal its file (the first
         # output would otherwise wait for it): the spare one, renamed, else a new one.
-        live.journal.open(self._live.spare)
+        live.journal.open(self._spare)
         outcome: dict[str, Any] = {"execution_id": live.execution_id, "input_sent": True}
         replaced = self._threads.take_replaced(thread["thread_id"])
         if replaced is not None:  # the first command in a shell that replaced a lost one

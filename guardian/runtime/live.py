@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.guardian.history.journal import Journal, SpareFile
+from tether.guardian.history.journal import Journal
 from tether.guardian.history.records import list_view, record_view
 from tether.guardian.runtime.pty import PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
@@ -58,10 +58,6 @@ class LiveTable:
         self._journals = journals
         self._figures = figures
         self._live: dict[str, LiveExecution] = {}
-        #: The next journal's file, made ahead (Journal.open takes it, the end of a main-shell
-        #: command's reply makes the next one).
-        self.spare = SpareFile(journals)
-        self.spare.refill()
 
     def add(self, live: LiveExecution) -> None:
         self._live[live.execution_id] = live

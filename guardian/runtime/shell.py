@@ -226,7 +226,6 @@ class MainShell:
         self.current = live
         self._awaiting_start = True
         if self._stderr_note is not None:  # typed before the note's turn came: read it now
-            self._stderr_note.cancel()
             self._note_stderr(at_prompt=True)
         elif self._stderr_at_prompt is None and not self._stderr_unsure:
             self._note_stderr(at_prompt=False)  # the first line (the hook may still run)
@@ -274,16 +273,19 @@ class MainShell:
                 self._note_stderr, True)
 
     def _note_stderr(self, at_prompt: bool) -> None:
-        self._stderr_note = None
+        self._drop_stderr_note()  # read now: a pending turn would read it again
         self._stderr_at_prompt = self._stderr_reaches_terminal(at_prompt=at_prompt)
+
+    def _drop_stderr_note(self) -> None:
+        if self._stderr_note is not None:
+            self._stderr_note.cancel()
+            self._stderr_note = None
 
     def _distrust_stderr(self) -> None:
         """A line not ours ran: forget where stderr went (see ``_stderr_unsure``)."""
         self._stderr_unsure = True
         self._stderr_at_prompt = None
-        if self._stderr_note is not None:
-            self._stderr_note.cancel()
-            self._stderr_note = None
+        self._drop_stderr_note()
 
     def _respond(self, data: bytes) -> None:
         self._answers.answer(data)
@@ -481,9 +483,7 @@ class MainShell:
     def close(self) -> None:
         self.flush_draw()
         self._answers.close()
-        if self._stderr_note is not None:
-            self._stderr_note.cancel()
-            self._stderr_note = None
+        self._drop_stderr_note()
         if self._check is not None:
             self._check.cancel()
             self._check = None
