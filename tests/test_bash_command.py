@@ -296,6 +296,22 @@ async def test_a_line_typed_ahead_into_a_command_does_not_take_its_end(
     assert (await run(client, session, "echo next"))["output"] == "next\n"
 
 
+async def test_input_read_by_a_program_that_then_ends_says_program_exited_without_a_warning(
+        client: Client, workspace: Path) -> None:
+    """A reply the program read and then ended on (a "y" to its last question) is
+    ``program_exited``: its screen is gone, its status and output tell what it did with the
+    input, and nothing was wrong, so no warning (README's list of deliveries)."""
+    session = await initialize(client, workspace)
+    started = await bash(client, session, {"type": "command", "command": "read x; echo got $x"},
+                         wait=0.2)
+    assert started["status"] == "running", started
+    typed = await bash(client, session, {"type": "send_text", "text": "yes", "submit": True,
+                                         "execution_id": started["execution_id"]}, wait=5)
+    assert typed["delivery"] == "program_exited" and "warning" not in typed, typed
+    assert (typed["status"], typed["exit_code"]) == ("exited", 0), typed
+    assert "got yes" in typed["output"], typed
+
+
 async def test_ctrl_c_is_reported_as_a_signal_and_a_printable_key_points_to_send_text(
         client: Client, workspace: Path) -> None:
     """Ctrl-c in line mode becomes SIGINT, not input that waits for Enter (before:
