@@ -128,6 +128,8 @@ class InputDesk:
         live, generation = self._target(params)
         if params.generation is not None and params.generation != generation:
             raise stale_generation(params.generation, generation)
+        if any(byte in live.runtime.signal_keys() for byte in data):
+            await live.runtime.job_in_front()  # a Ctrl-c is for the job, not its leader
         before = (await live.screen.snapshot_async()).text  # a backlog is drawn off the loop
         mode = live.runtime.input_mode()
         signals = live.runtime.signal_keys()

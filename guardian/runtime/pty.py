@@ -67,6 +67,11 @@ DRAIN_BOUND_S = 1.0
 #: (shutdown) spares the leader (``job_leader``): the job ends, then the leader with the
 #: job's status, and a job that ignores it keeps its leader, and so its record, running.
 _JOB_WRAPPER = 'set -m; "$@"; exit $?'
+#: How long a signal key typed right after a background command's start waits for the job
+#: to take the terminal from its leader (see :meth:`PtyRuntime.job_in_front`), and how often
+#: it looks.
+JOB_FRONT_WAIT_S = 0.5
+JOB_FRONT_POLL_S = 0.001
 
 
 def job_argv(command: str) -> list[str]:
@@ -112,6 +117,7 @@ class PtyRuntime:
         self.argv = list(argv)
         #: ``argv`` is :func:`job_argv`'s leader, which ends after its job (see hangup).
         self._job_leader = job_leader
+        self._job_seen_in_front = False
         self._env = dict(env)
         self._cwd = cwd
         self.rows, self.cols = rows, cols
@@ -372,6 +378,32 @@ class PtyRuntime:
         if not isinstance(char, bytes) or char in (b"", b"\0") or char[0] >= 0x20:
             return ""  # disabled, or a printable character that would be typed as text
         return char.decode("ascii")
+
+    async def job_in_front(self) -> None:
+        """For a background command's leader (``job_leader``): wait, the first time and at
+        most :data:`JOB_FRONT_WAIT_S`, until its job holds the terminal's foreground.
+
+        The leader forks the job and hands it the terminal a moment after it starts. A
+        signal key typed before that reaches the leader's group instead: a leader still
+        starting dies of it before the job runs, and one that has forked already waits on
+        for its job, which never saw the key (a Ctrl-c sent right after the start was lost
+        and the command ran on). Once the job has held the terminal this returns at once.
+        """
+        if not self._job_leader or self._job_seen_in_front:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + JOB_FRONT_WAIT_S
+        while self.alive and (fd := self.fd) is not None and (pid := self.pid) is not None:
+            try:
+                in_front = os.tcgetpgrp(fd)
+            except OSError:
+                return
+            if in_front != pid:  # the leader's group is its pid: another group is the job
+                self._job_seen_in_front = True
+                return
+            if loop.time() >= deadline:
+                return
+            await asyncio.sleep(JOB_FRONT_POLL_S)
 
     def signal_keys(self) -> bytes:
         """The characters the terminal turns into signals for the program in front instead of
