@@ -6,6 +6,7 @@ so a slow or gone terminal is reported the same way whatever was being typed.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -128,8 +129,12 @@ class InputDesk:
         live, generation = self._target(params)
         if params.generation is not None and params.generation != generation:
             raise stale_generation(params.generation, generation)
-        if any(byte in live.runtime.signal_keys() for byte in data):
-            await live.runtime.job_in_front()  # a Ctrl-c is for the job, not its leader
+        if any(key in data for key in live.runtime.signal_keys()):
+            # A Ctrl-c is for the job, not its leader: the wait counts against the write's.
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            await live.runtime.job_in_front(write_timeout_s)
+            write_timeout_s -= loop.time() - began
         before = (await live.screen.snapshot_async()).text  # a backlog is drawn off the loop
         mode = live.runtime.input_mode()
         signals = live.runtime.signal_keys()

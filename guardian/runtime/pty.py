@@ -117,7 +117,7 @@ class PtyRuntime:
         self.argv = list(argv)
         #: ``argv`` is :func:`job_argv`'s leader, which ends after its job (see hangup).
         self._job_leader = job_leader
-        self._job_seen_in_front = False
+        self._job_front_waited = False  # job_in_front waits once, at most
         self._env = dict(env)
         self._cwd = cwd
         self.rows, self.cols = rows, cols
@@ -379,27 +379,28 @@ class PtyRuntime:
             return ""  # disabled, or a printable character that would be typed as text
         return char.decode("ascii")
 
-    async def job_in_front(self) -> None:
-        """For a background command's leader (``job_leader``): wait, the first time and at
-        most :data:`JOB_FRONT_WAIT_S`, until its job holds the terminal's foreground.
+    async def job_in_front(self, limit_s: float = JOB_FRONT_WAIT_S) -> None:
+        """For a background command's leader (``job_leader``): wait until its job holds the
+        terminal's foreground, at most ``limit_s`` (and :data:`JOB_FRONT_WAIT_S`), once.
 
         The leader forks the job and hands it the terminal a moment after it starts. A
         signal key typed before that reaches the leader's group instead: a leader still
         starting dies of it before the job runs, and one that has forked already waits on
         for its job, which never saw the key (a Ctrl-c sent right after the start was lost
-        and the command ran on). Once the job has held the terminal this returns at once.
+        and the command ran on). After the first wait, whatever it found, this returns at
+        once: a job that has held the terminal is what later keys are typed to, and a
+        leader that kept it (a job stopped early) is not waited for again.
         """
-        if not self._job_leader or self._job_seen_in_front:
+        if not self._job_leader or self._job_front_waited:
             return
+        self._job_front_waited = True
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + JOB_FRONT_WAIT_S
+        deadline = loop.time() + min(limit_s, JOB_FRONT_WAIT_S)
         while self.alive and (fd := self.fd) is not None and (pid := self.pid) is not None:
             try:
-                in_front = os.tcgetpgrp(fd)
+                if os.tcgetpgrp(fd) != pid:  # the leader's group is its pid: this is the job
+                    return
             except OSError:
-                return
-            if in_front != pid:  # the leader's group is its pid: another group is the job
-                self._job_seen_in_front = True
                 return
             if loop.time() >= deadline:
                 return
