@@ -473,8 +473,11 @@ def _serve_params() -> Any:
                                  args=["serve"], env=dict(os.environ))
 
 
-async def stdio_echo(rounds: int, workspace: Path) -> tuple[list[float], list[float]]:
-    """``BashCommand echo hi`` and ``Execution.list`` through ``tether serve`` over stdio."""
+async def stdio_echo(rounds: int, workspace: Path
+                     ) -> tuple[list[float], list[float], list[float]]:
+    """``BashCommand echo hi``, ``Execution.list`` and a refused ``BashCommand`` (an unknown
+    action: answered by ``tether serve`` alone, no guardian) through ``tether serve`` over
+    stdio."""
     async with Client(_serve_params()) as client:
         session = await _session(client, workspace)
         scope = {"thread_id": session["thread_id"], "workspace_root": session["workspace_root"]}
@@ -489,7 +492,14 @@ async def stdio_echo(rounds: int, workspace: Path) -> tuple[list[float], list[fl
         echoes = await _roundtrips(echo, rounds)
         listing = {**scope, "action": {"type": "list", "limit": 5}}
         lists = await _roundtrips(lambda: client.call_tool("Execution", listing), rounds)
-    return echoes, lists
+        refused = {**scope, "action_json": {"type": "no_such_action"}}
+
+        async def refuse() -> None:
+            result = await client.call_tool("BashCommand", refused)
+            assert result.is_error and result.structured_content, result
+
+        refusals = await _roundtrips(refuse, rounds)
+    return echoes, lists, refusals
 
 
 # -- the guardian's event loop under a full-screen stream ----------------------------------
@@ -670,7 +680,7 @@ def bench_floor(run: Run) -> None:
 
 
 def bench_stdio(run: Run) -> None:
-    echoes, lists = asyncio.run(stdio_echo(run.args.rounds, run.workspace))
+    echoes, lists, refusals = asyncio.run(stdio_echo(run.args.rounds, run.workspace))
     floor, tmux = _ms(run.floor(), .5), run.tmux()
     e50 = _ms(echoes, .5)
     print(f"[stdio] BashCommand echo over stdio: p50 {e50:.2f} ms  p95 {_ms(echoes, .95):.2f} ms "
@@ -684,6 +694,10 @@ def bench_stdio(run: Run) -> None:
         print("[stdio]   tmux not installed: no ratio")
     print(f"[stdio] Execution.list over stdio: p50 {_ms(lists, .5):.2f} ms; "
           f"+{_ms(lists, .5) - floor:.2f} ms above the floor")
+    # The floor is the SDK's own stdio server; tether serve's transport is another, and a
+    # call it answers alone shows how the two compare (the rest of an echo is the guardian's).
+    print(f"[stdio] a refused BashCommand (tether serve alone, no guardian): p50 "
+          f"{_ms(refusals, .5):.2f} ms; {_ms(refusals, .5) - floor:+.2f} ms against the floor")
 
 
 def bench_http(run: Run) -> None:
