@@ -132,6 +132,11 @@ def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
     if shell.state != "S":
         return f"the shell is not waiting for input (state {shell.state})"
     call = _blocking_call(shell_pid)
+    if isinstance(call, str):  # "running"
+        # On a CPU now, though it slept a moment ago when its state was read: the two
+        # readings are instants apart, and a shell that is running is not idle (it was
+        # taken for idle, and a line typed ahead then lent its exit status to ours).
+        return "the shell is running, not waiting for input"
     if call is not None and _INPUT_SYSCALLS is not None:
         number, args = call
         if number not in _INPUT_SYSCALLS:
@@ -154,13 +159,18 @@ def why_not_at_prompt(master_fd: int, shell_pid: int) -> str | None:
     return None
 
 
-def _blocking_call(pid: int) -> tuple[int, list[int]] | None:
-    """The system call ``pid`` is blocked in and its six arguments (None: running, or
-    unreadable)."""
+def _blocking_call(pid: int) -> tuple[int, list[int]] | Literal["running"] | None:
+    """The system call ``pid`` is blocked in and its six arguments, ``"running"`` when it is
+    on a CPU, or None when that cannot be read."""
     try:
         fields = _read_proc(f"/proc/{pid}/syscall").split()
+    except OSError:
+        return None
+    if fields[:1] == [b"running"]:
+        return "running"
+    try:
         return int(fields[0]), [int(arg, 16) for arg in fields[1:7]]
-    except (OSError, IndexError, ValueError):  # "running", or a field that is not a number
+    except (IndexError, ValueError):  # a field that is not a number
         return None
 
 
