@@ -134,6 +134,7 @@ class PtyRuntime:
         self._eof = False  # no process holds the terminal's other end any more
         self._drain_timer: asyncio.TimerHandle | None = None
         self._exit_reported = False
+        self._bytes_read = 0  # every byte read from the terminal so far (see read_pending)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -202,11 +203,29 @@ class PtyRuntime:
             chunks.append(data)
             total += len(data)
         if chunks:
+            self._bytes_read += total
             self._on_output(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if closed:
             self._stop_reading()
             return False
         return True
+
+    def read_pending(self) -> bool | None:
+        """Read now what the program wrote that this side has not taken yet, and hand it to
+        ``on_output``. True: some bytes came; False: none; None: output is not being read
+        (flow control paused it, or the terminal is closed).
+
+        A read that finds nothing makes the kernel hand over first what is still on its
+        way (n_tty_read waits for the pending flip-buffer work before it says EAGAIN). So
+        once the program was seen waiting for input, False means that everything it wrote
+        before has been read.
+        """
+        proc = self._proc
+        if proc is None or proc.fd < 0 or self._eof or not self._reading:
+            return None
+        before = self._bytes_read
+        self._read_available()
+        return self._bytes_read != before
 
     def _at_eof(self) -> None:
         self._eof = True

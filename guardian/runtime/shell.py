@@ -180,6 +180,7 @@ class MainShell:
         # A D while our line's C was not seen, and where stderr went is not known: decided
         # once the shell is back at its prompt.
         self._unseen_start: _EndCandidate | None = None
+        self._markers_seen = 0  # markers read so far (did a check's last read bring any?)
         # The final screen of the last command, drawn right after its end was answered
         # (Finisher.finish, defer_screen) and always before the screen changes again.
         self._pending_draw: Callable[[], Callable[[], None] | None] | None = None
@@ -320,6 +321,7 @@ class MainShell:
         self._listener.output_arrived()
 
     def _on_marker(self, marker: Marker) -> None:
+        self._markers_seen += 1
         if marker.kind == "A":
             self.ready.set()
             if self._end is not None:
@@ -394,6 +396,14 @@ class MainShell:
             if self._end is not None:
                 self._end.last_reason = reason
             self._schedule_check(restart=False)
+            return
+        markers = self._markers_seen
+        if self.runtime.read_pending() and self._markers_seen != markers:
+            # The shell waits for input, but markers it wrote before it sat down had not
+            # reached this side when the kernel was asked (a line typed ahead that ran and
+            # printed its own end): judge again once they are taken into account. (Plain
+            # output, such as a background job's, changes nothing here.)
+            self._schedule_check(restart=True)
             return
         if self._unseen_start is not None:
             unseen, self._unseen_start = self._unseen_start, None
