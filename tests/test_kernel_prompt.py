@@ -23,9 +23,11 @@ def _in_a_terminal(code: str) -> Iterator[PtyProcess]:
     try:
         yield process
     finally:
-        process.terminate(force=True)
+        process.close(force=True)
 
 
+@pytest.mark.skipif(kernel._INPUT_SYSCALLS is None,
+                    reason="no system-call table for this architecture: the check cannot tell")
 def test_a_program_that_runs_between_short_sleeps_is_never_taken_for_idle() -> None:
     """The state (sleeping) and the system call are read at two instants; a program that woke
     in between reads as "running" there, and that is not idle (it was: about 4% of the
@@ -65,9 +67,9 @@ async def test_what_a_program_wrote_before_it_waits_is_read_before_its_wait_is_t
         # Blocking on purpose: the loop's own reader must not take the bytes first.
         poll(lambda: kernel.why_not_at_prompt(fd, pid) is None, timeout=10,
              what="the program to wait for its terminal")
-        assert runtime.read_pending() is True
+        assert runtime.read_pending() == len(b"written before")
         assert b"".join(got).endswith(b"written before")
-        assert runtime.read_pending() is False
+        assert runtime.read_pending() == 0
     finally:
         await runtime.end_session(1.0)
         runtime.close()

@@ -48,6 +48,9 @@ READ_BUDGET_S = 0.002
 #: After the runtime's process exits, how long other holders of the terminal (children it
 #: left behind) may keep writing before the exit is reported and the terminal closed.
 DRAIN_BOUND_S = 1.0
+#: Most bytes read_pending takes at once: several times what a terminal buffers, so that a
+#: program seen waiting cannot have written more; past it the caller judges again later.
+READ_PENDING_CAP = 1024 * 1024
 
 
 #: How a background command runs: ``bash -c COMMAND`` as a foreground job of a small bash
@@ -134,7 +137,6 @@ class PtyRuntime:
         self._eof = False  # no process holds the terminal's other end any more
         self._drain_timer: asyncio.TimerHandle | None = None
         self._exit_reported = False
-        self._bytes_read = 0  # every byte read from the terminal so far (see read_pending)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -203,29 +205,44 @@ class PtyRuntime:
             chunks.append(data)
             total += len(data)
         if chunks:
-            self._bytes_read += total
             self._on_output(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if closed:
             self._stop_reading()
             return False
         return True
 
-    def read_pending(self) -> bool | None:
-        """Read now what the program wrote that this side has not taken yet, and hand it to
-        ``on_output``. True: some bytes came; False: none; None: output is not being read
-        (flow control paused it, or the terminal is closed).
+    def read_pending(self) -> int | None:
+        """Read now, to the end, what the program wrote that this side has not taken yet, and
+        hand it to ``on_output`` (also while flow control paused reading: the screen takes it
+        at its own pace). Returns how many bytes came; None when the end was not reached (the
+        terminal closed, or more than :data:`READ_PENDING_CAP` bytes waited).
 
         A read that finds nothing makes the kernel hand over first what is still on its
         way (n_tty_read waits for the pending flip-buffer work before it says EAGAIN). So
-        once the program was seen waiting for input, False means that everything it wrote
+        once the program was seen waiting for input, a count means that everything it wrote
         before has been read.
         """
         proc = self._proc
-        if proc is None or proc.fd < 0 or self._eof or not self._reading:
+        if proc is None or proc.fd < 0 or self._eof:
             return None
-        before = self._bytes_read
-        self._read_available()
-        return self._bytes_read != before
+        chunks: list[bytes] = []
+        total = 0
+        drained = False
+        while total < READ_PENDING_CAP:
+            try:
+                data = os.read(proc.fd, PTY_READ_CHUNK)
+            except BlockingIOError:
+                drained = True
+                break
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+        if chunks:
+            self._on_output(b"".join(chunks))
+        return total if drained else None
 
     def _at_eof(self) -> None:
         self._eof = True

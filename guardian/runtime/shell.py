@@ -398,11 +398,12 @@ class MainShell:
             self._schedule_check(restart=False)
             return
         markers = self._markers_seen
-        if self.runtime.read_pending() and self._markers_seen != markers:
+        if self.runtime.read_pending() is None or self._markers_seen != markers:
             # The shell waits for input, but markers it wrote before it sat down had not
             # reached this side when the kernel was asked (a line typed ahead that ran and
-            # printed its own end): judge again once they are taken into account. (Plain
-            # output, such as a background job's, changes nothing here.)
+            # printed its own end), or not all it wrote could be read now: judge again once
+            # that is taken into account. (Plain output, such as a background job's, changes
+            # nothing here.)
             self._schedule_check(restart=True)
             return
         if self._unseen_start is not None:
