@@ -222,27 +222,29 @@ class PtyRuntime:
         once the program was seen waiting for input, a count means that everything it wrote
         before has been read.
         """
-        proc = self._proc
-        if proc is None or proc.fd < 0 or self._eof:
+        if self._proc is None or self._proc.fd < 0 or self._eof:
             return None
-        chunks: list[bytes] = []
+        total, emptied = self._read_out(READ_PENDING_CAP)
+        return total if emptied else None
+
+    def _read_out(self, cap: int | None = None) -> tuple[int, bool | None]:
+        """Read what the terminal holds now, each chunk to ``on_output``, until a read finds
+        it empty (True), it is closed (False: no writer is left), or ``cap`` bytes came
+        (None). Returns the bytes read and which of those ended it."""
+        fd = self._proc.fd if self._proc is not None else -1
         total = 0
-        drained = False
-        while total < READ_PENDING_CAP:
+        while cap is None or total < cap:
             try:
-                data = os.read(proc.fd, PTY_READ_CHUNK)
+                data = os.read(fd, PTY_READ_CHUNK)
             except BlockingIOError:
-                drained = True
-                break
-            except OSError:
-                break
+                return total, True
+            except OSError:  # EIO: no writer left
+                return total, False
             if not data:
-                break
-            chunks.append(data)
+                return total, False
             total += len(data)
-        if chunks:
-            self._on_output(b"".join(chunks))
-        return total if drained else None
+            self._on_output(data)
+        return total, None
 
     def _at_eof(self) -> None:
         self._eof = True
@@ -272,18 +274,8 @@ class PtyRuntime:
         proc = self._proc
         if proc is None or proc.fd < 0 or self._eof:
             return
-        while True:
-            try:
-                data = os.read(proc.fd, PTY_READ_CHUNK)
-            except BlockingIOError:
-                return  # nothing more now
-            except OSError:  # EIO: no writer left
-                self._at_eof()
-                return
-            if not data:
-                self._at_eof()
-                return
-            self._on_output(data)
+        if self._read_out()[1] is False:
+            self._at_eof()
 
     def _child_exited(self) -> None:
         """The pidfd says our process ended: reap it, then drain before reporting."""
