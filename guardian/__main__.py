@@ -2,6 +2,6 @@
 
 import sys
 
-from tether.guardian.cli import main
+from tether.guardian.main import main
 
 sys.exit(main())

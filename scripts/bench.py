@@ -24,7 +24,7 @@ from mcp import Client
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tether.frontend.server import build_server  # noqa: E402
+from tether.frontend.transport.mcp_server import build_server  # noqa: E402
 from tether.shared.config import Config  # noqa: E402
 
 
@@ -164,7 +164,7 @@ async def rpc_roundtrip(rounds: int, workspace: Path, base: Path) -> tuple[list[
     import zmq
     import zmq.asyncio
 
-    from tether.frontend.guardians import GuardianLocator
+    from tether.frontend.guardians.locator import GuardianLocator
 
     locator = GuardianLocator(Config.from_env())
     handle = await locator.handle(str(workspace))
@@ -287,7 +287,7 @@ async def attach_throughput(workspace: Path, command: str) -> dict[str, float]:
 
     from ptyprocess import PtyProcess
 
-    from tether.frontend.guardians import read_info
+    from tether.frontend.guardians.locator import read_info
     from tether.shared.paths import guardian_paths
 
     go = workspace / f"go-{uuid.uuid4().hex[:8]}"
@@ -558,7 +558,7 @@ async def fullscreen_ingest(workspace: Path, path: Path, last_row: str) -> dict[
     ``hello`` round trip (an upper bound of the guardian's event-loop stalls, seen by a client
     process pinging every 5 ms), ``Execution.get`` latencies, the ingest rate, and the screen
     after."""
-    from tether.frontend.guardians import GuardianLocator
+    from tether.frontend.guardians.locator import GuardianLocator
 
     size = path.stat().st_size
     locator = GuardianLocator(Config.from_env())
@@ -610,7 +610,7 @@ def _rss_mb(pid: int) -> float:
 async def idle_rss(base: Path) -> tuple[float, float]:
     """RSS of a fresh guardian holding one idle shell (after one command), against a bare
     Python interpreter in the same run."""
-    from tether.frontend.guardians import read_info
+    from tether.frontend.guardians.locator import read_info
     from tether.shared.paths import canonical_workspace, guardian_paths
 
     workspace = base / "ws-rss"
@@ -863,7 +863,7 @@ def stop_guardians(runtime_dir: Path) -> None:
 async def _spawn_agents(workspace: Path, parents: list[str | None], tag: str) -> list[str]:
     """Managed agents (``sleep``: cheap, and gone at the first hang-up) set up over RPC, with
     explicit parents as a front-end inside an execution would stamp them."""
-    from tether.frontend.guardians import GuardianLocator
+    from tether.frontend.guardians.locator import GuardianLocator
 
     locator = GuardianLocator(Config.from_env())
     root = str(workspace)

@@ -696,7 +696,7 @@ def client_verdict(report: Report, output: str, log: Path, since: float) -> None
 
 def compare_schemas(seen: dict[str, Any]) -> str:
     """How the client changed Tether's input schemas before showing them to the model."""
-    from tether.frontend.tools import all_tools
+    from tether.frontend.tools.registry import all_tools
 
     ours = {tool.name: tool.definition().input_schema for tool in all_tools()}
     notes = []

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.helpers import kill_tree, missing_fixtures
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 REPO = Path(__file__).resolve().parents[1]

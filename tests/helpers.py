@@ -17,7 +17,7 @@ import anyio
 import psutil
 import pytest
 
-from tether.frontend.guardians import GuardianHandle, GuardianLocator, guardian_command, read_info
+from tether.frontend.guardians.locator import GuardianHandle, GuardianLocator, guardian_command, read_info
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 

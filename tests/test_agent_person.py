@@ -26,7 +26,7 @@ from tests.agent_helpers import (
 from tests.helpers import poll, start_guardian
 from tests.mcp_helpers import agent, bash, initialize, run
 from tests.test_modes import change_mode
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
 from tether.shared.config import Config
 

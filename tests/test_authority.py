@@ -9,7 +9,7 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.mcp_helpers import call_error, initialize
-from tether.frontend.authority import (
+from tether.frontend.policy.authority import (
     LOCAL,
     Caller,
     agent_action_class,

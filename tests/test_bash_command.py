@@ -9,7 +9,7 @@ from mcp import Client
 
 from tests.conftest import stdio_params
 from tests.mcp_helpers import bash, call_error, execution, initialize, run
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -134,7 +134,7 @@ async def test_a_long_command_reports_progress_each_second(
     tether_env: Config, workspace: Path, over: str
 ) -> None:
     # Over stdio a call with a progress token goes through the SDK's dispatcher, not the
-    # direct path (frontend/direct.py): this is the test that it still gets its progress.
+    # direct path (frontend/transport/direct.py): this is the test that it still gets its progress.
     server = build_server(tether_env) if over == "in-process" else stdio_params()
     async with Client(server) as client:
         await _reports_progress(client, workspace)

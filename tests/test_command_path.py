@@ -15,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.helpers import guardian_thread, poll
-from tether.frontend.guardians import GuardianHandle
+from tether.frontend.guardians.locator import GuardianHandle
 from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention, RetentionLimits

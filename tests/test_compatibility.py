@@ -16,7 +16,7 @@ from mcp import Client
 
 from tests.helpers import apoll, start_guardian
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, prompt_log, run
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol import codec
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES
 from tether.protocol.versions import Version, capabilities_for, known_minor_versions

@@ -1,4 +1,4 @@
-"""Plain ``tools/call`` requests skip the SDK's per-request machinery (``frontend/direct.py``):
+"""Plain ``tools/call`` requests skip the SDK's per-request machinery (``frontend/transport/direct.py``):
 the answers are the SDK's, byte for byte, in both protocol eras; anything but the plain case
 still goes to the SDK; a cancelled call is not answered, and the end of input answers the calls
 still running."""
@@ -17,9 +17,9 @@ import pytest
 
 from tests.helpers import poll, tether_processes
 from tests.mcp_helpers import INITIALIZE, INITIALIZED, Lines, json_line, serve_on_pipes, stop_serve
-from tether.frontend import direct, stdio
-from tether.frontend.server import build_server
-from tether.frontend.usage import UsageLog
+from tether.frontend.tools.usage import UsageLog
+from tether.frontend.transport import direct, stdio
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

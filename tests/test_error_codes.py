@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import guardian_thread
-from tether.frontend import results
+from tether.frontend.tools import replies
 from tether.protocol.envelope import parse_response
 from tether.protocol.errors import ErrorCode, ForeignCode, TetherError
 from tether.shared.config import Config
@@ -66,7 +66,7 @@ def _reply_with(code: object) -> TetherError:
 def test_unknown_code_from_a_newer_guardian_keeps_its_name() -> None:
     err = _reply_with("quota_exhausted")
     assert isinstance(err.code, ForeignCode) and err.code == "quota_exhausted"
-    content = results.error(err).structured_content
+    content = replies.error(err).structured_content
     assert content is not None
     assert (content["ok"], content["code"], content["message"]) == (
         False, "quota_exhausted", "from a newer guardian")

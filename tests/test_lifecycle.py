@@ -14,7 +14,7 @@ from mcp import Client
 from tests.conftest import stdio_params
 from tests.helpers import tether_processes
 from tests.mcp_helpers import call_error, initialize, kill_front_end, run
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from tether.frontend.schemas import AgentArgs, ExecutionArgs, ReadAction
+from tether.frontend.tools.schemas import AgentArgs, ExecutionArgs, ReadAction
 from tether.protocol import codec, limits
 from tether.protocol.methods import AgentPromptParams, ExecReadParams
 

@@ -12,8 +12,8 @@ from mcp import Client
 
 from tests.helpers import poll, tether_processes
 from tests.mcp_helpers import initialize
-from tether.frontend import lineage
-from tether.frontend.guardians import GuardianLocator
+from tether.frontend.guardians import lineage
+from tether.frontend.guardians.locator import GuardianLocator
 from tether.shared.config import Config
 
 

@@ -11,7 +11,7 @@ import sys
 import psutil
 
 from tests.helpers import poll
-from tether.frontend.guardians import Liveness
+from tether.frontend.guardians.locator import Liveness
 from tether.shared.identity import ProcessIdentity
 
 PIDFD = sys.platform == "linux" and hasattr(os, "pidfd_open")

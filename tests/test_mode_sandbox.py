@@ -16,8 +16,8 @@ from mcp import Client
 from tests.helpers import start_guardian
 from tests.mcp_helpers import bash, call, call_error, initialize, run
 from tests.test_modes import change_mode
-from tether.frontend.guardians import GuardianLocator
-from tether.frontend.server import build_server
+from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.transport.mcp_server import build_server
 from tether.guardian.runtime.sandbox import landlock_abi
 from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.shared.config import Config

@@ -13,8 +13,8 @@ from mcp import Client
 from tests.conftest import stdio_params
 from tests.mcp_helpers import agent, bash, call, call_error, execution, initialize, prompt_log, run
 from tests.test_agent import _start_fake
-from tether.frontend.guardians import GuardianLocator
-from tether.frontend.server import build_server
+from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.shared.config import Config

@@ -25,9 +25,9 @@ def test_packages_install_under_the_tether_namespace(tmp_path: Path) -> None:
 def test_a_subcommand_module_is_imported_with_its_objects_frozen(tmp_path: Path) -> None:
     # The collector is paused while the module loads and back on afterwards, with what the
     # import built out of its way (frozen): a long-lived `tether serve` never walks it again.
-    probe = ("import gc; from tether.shared.cli import import_frozen; "
-             "before = gc.get_freeze_count(); m = import_frozen('tether.frontend.server'); "
+    probe = ("import gc; from tether.shared.console import import_frozen; "
+             "before = gc.get_freeze_count(); m = import_frozen('tether.frontend.transport.mcp_server'); "
              "print(gc.isenabled(), gc.get_freeze_count() > before + 10000, m.__name__)")
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
                             text=True, timeout=60)
-    assert result.stdout.split() == ["True", "True", "tether.frontend.server"], result.stderr
+    assert result.stdout.split() == ["True", "True", "tether.frontend.transport.mcp_server"], result.stderr

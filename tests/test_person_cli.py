@@ -32,8 +32,8 @@ from tests.helpers import (
 )
 from tests.mcp_helpers import bash, execution, initialize, run
 from tests.person_terminal import TETHER, PersonTerminal
-from tether.frontend.guardians import HELLO_TIMEOUT_S, read_info, spawn_guardian
-from tether.frontend.server import build_server
+from tether.frontend.guardians.locator import HELLO_TIMEOUT_S, read_info, spawn_guardian
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.limits import RPC_SLACK_S
 from tether.shared.catalog import peek_execution
 from tether.shared.config import Config

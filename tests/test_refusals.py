@@ -21,9 +21,9 @@ from mcp import Client
 
 from tests.helpers import poll, processes_with_env, start_guardian, tether_processes
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
-from tether.frontend.guardians import guardian_command
-from tether.frontend.server import build_server
-from tether.frontend.tools import all_tools
+from tether.frontend.guardians.locator import guardian_command
+from tether.frontend.tools.registry import all_tools
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol import codec
 from tether.protocol.methods import METHODS
 from tether.shared.config import Config

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 import zmq
 
-from tether.frontend.guardians import GuardianLocator
+from tether.frontend.guardians.locator import GuardianLocator
 from tether.protocol import codec
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.transport import GuardianClient, RouterServer

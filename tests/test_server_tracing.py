@@ -7,7 +7,7 @@ import pytest
 from mcp.server._otel import OpenTelemetryMiddleware
 from opentelemetry import trace
 
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.frontend.shell_policy import check_command, violations_of
+from tether.frontend.policy.shell_policy import check_command, violations_of
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 

@@ -18,7 +18,7 @@ from mcp import Client
 
 from tests.helpers import apoll
 from tests.mcp_helpers import call, initialize, run
-from tether.frontend.server import build_server
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,7 @@ from mcp import Client
 
 from tests.helpers import guardian_thread
 from tests.mcp_helpers import agent, bash, call_error, execution, initialize, run
-from tether.frontend.guardians import GuardianHandle
+from tether.frontend.guardians.locator import GuardianHandle
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
     MAX_ARGV_BYTES,

@@ -19,8 +19,8 @@ from mcp import Client
 
 from tests.helpers import apoll, poll, sigstop, tether_processes
 from tests.mcp_helpers import bash, call_error, execution, initialize, run
-from tether.frontend.guardians import HELLO_TIMEOUT_S
-from tether.frontend.server import build_server
+from tether.frontend.guardians.locator import HELLO_TIMEOUT_S
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.limits import RPC_SLACK_S
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths

@@ -27,7 +27,7 @@ from tests.mcp_helpers import (
     spawn_serve,
     stop_serve,
 )
-from tether.frontend import stdio
+from tether.frontend.transport import stdio
 from tether.shared.config import Config
 
 LOOP = "stdio on the event loop"

@@ -14,7 +14,7 @@ from mcp import Client
 from pydantic import TypeAdapter, ValidationError
 
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
-from tether.frontend.outputs import SHAPES, describe
+from tether.frontend.tools.outputs import SHAPES, describe
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import METHODS
 from tether.protocol.results import (
@@ -88,7 +88,7 @@ def test_observe_items_are_typed_maps_that_keep_what_they_do_not_name() -> None:
 
 FIRST_CALL_PROBE = """
 import asyncio, sys
-import tether.frontend.guardians as guardians
+import tether.frontend.guardians.locator as guardians
 from tether.protocol.results import ThreadOpenResult, result_checker_built
 from tether.shared.config import Config
 

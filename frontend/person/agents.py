@@ -18,8 +18,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tether.frontend.agent_tree import archive_everywhere
-from tether.frontend.guardians import GuardianLocator, read_info
+from tether.frontend.guardians.agent_tree import archive_everywhere
+from tether.frontend.guardians.locator import GuardianLocator, read_info
 from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.term import table, visible
 from tether.frontend.tools.agent_lifecycle import agent_line

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tether.frontend.guardians import GuardianHandle, GuardianLocator
-from tether.frontend.health import measured, restart_for, stopped
+from tether.frontend.guardians.health import measured, restart_for, stopped
+from tether.frontend.guardians.locator import GuardianHandle, GuardianLocator
 from tether.frontend.person.offline import OnDisk, find_on_disk
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError

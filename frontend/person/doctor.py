@@ -21,11 +21,11 @@ from typing import Any
 
 import psutil
 
-from tether.frontend.guardians import GuardianLocator
-from tether.frontend.health import measured, restart_for
+from tether.frontend.guardians.health import measured, restart_for
+from tether.frontend.guardians.locator import GuardianLocator
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
-from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
+from tether.frontend.tools.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import capabilities_for, known_minor_versions

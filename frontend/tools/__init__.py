@@ -1,14 +1,2 @@
-"""One module per tool; :data:`TOOLS` is the registry the server lists and dispatches."""
-
-from __future__ import annotations
-
-from tether.frontend.tools.agent import AgentTool
-from tether.frontend.tools.base import Tool
-from tether.frontend.tools.bash_command import BashCommandTool
-from tether.frontend.tools.execution import ExecutionTool
-from tether.frontend.tools.initialize import InitializeTool
-
-
-def all_tools() -> list[Tool]:
-    """Every tool, in the order clients see them."""
-    return [InitializeTool(), BashCommandTool(), ExecutionTool(), AgentTool()]
+"""The MCP tools: one module per tool (the registry is ``registry``), with what they share:
+input schemas, output schemas, tool results and the usage log."""

@@ -13,12 +13,12 @@ from typing import Any
 
 import mcp_types as types
 
-from tether.frontend import results
-from tether.frontend.modes import Guard, check_agent_action, send_checked
-from tether.frontend.outputs import AGENT_OUTPUT
-from tether.frontend.schemas import AgentArgs, wire_cursor
+from tether.frontend.policy.modes import Guard, check_agent_action, send_checked
+from tether.frontend.tools import replies
 from tether.frontend.tools.agent_lifecycle import agent_line, need_arg, run_lifecycle
 from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
+from tether.frontend.tools.outputs import AGENT_OUTPUT
+from tether.frontend.tools.schemas import AgentArgs, wire_cursor
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS, MAX_LIST_LIMIT, RPC_SLACK_S
 from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
@@ -103,23 +103,23 @@ class AgentTool(Tool):
                     data["next_before"] = max(ends)
             if data.get("next_before") is not None:
                 lines.append(f"(older records: list with before={data['next_before']})")
-            return results.ok(data, "\n".join(lines) or "no agents")
+            return replies.ok(data, "\n".join(lines) or "no agents")
         target = need_arg(args.target, "target", args.action)
         if args.action == "get":
             data = await call(root, "exec.get", {**scope, "execution_id": target},
                               timeout_s=RPC_SLACK_S)
             data["execution"]["recognition"] = await recognition(target)
-            return results.ok(data, results.json_text(data["execution"]))
+            return replies.ok(data, replies.json_text(data["execution"]))
         if args.action == "read":
             data = await call(root, "exec.read", {
                 **scope, "execution_id": target, "source": args.source,
                 "page_bytes": args.page_bytes, "cursor": args.cursor}, timeout_s=RPC_SLACK_S)
-            return results.ok(data, data["text"] or "(empty page)")
+            return replies.ok(data, data["text"] or "(empty page)")
         if args.action == "explain":
             data = await call(root, "exec.explain", {**scope, "execution_id": target,
                                                      "recognizer": args.recognizer},
                               timeout_s=RPC_SLACK_S)
-            return results.ok(data, results.json_text(data["recognition"]))
+            return replies.ok(data, replies.json_text(data["recognition"]))
         timeout_ms = int(args.timeout_seconds * 1000)
         if args.action == "wait" and args.prompt_id is None:
             # Its answer carries a recognition verdict: a guardian without one is refused
@@ -133,13 +133,13 @@ class AgentTool(Tool):
             data["recognition"] = await recognition(target)
             fired = ", ".join(e for item in data["changed"] for e in item.get("fired", []))
             text = data["outcome"] + (f" ({fired})" if fired else "")
-            return results.ok(data, f"{text}: {_state_text(data['recognition'])}")
+            return replies.ok(data, f"{text}: {_state_text(data['recognition'])}")
         prompt_id = need_arg(args.prompt_id, "prompt_id", args.action)
         if args.action == "wait":
             data = await call(root, "agent.receipt", {
                 **scope, "execution_id": target, "prompt_id": prompt_id, "timeout_ms": timeout_ms},
                 timeout_s=args.timeout_seconds + RPC_SLACK_S)
-            return results.ok(data, _receipt_text(data["receipt"]))
+            return replies.ok(data, _receipt_text(data["receipt"]))
         text = need_arg(args.text, "text", args.action)
         params = {**scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
                   "recognizer": args.recognizer, "timeout_ms": timeout_ms}
@@ -154,7 +154,7 @@ class AgentTool(Tool):
                               timeout_s=args.timeout_seconds + RPC_SLACK_S)
 
         data = await send_checked(session, root, scope, check, send)
-        return results.ok(data, _receipt_text(data["receipt"]))
+        return replies.ok(data, _receipt_text(data["receipt"]))
 
 
 async def _has_lifecycle(session: Session, root: str) -> bool:

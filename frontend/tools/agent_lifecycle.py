@@ -14,11 +14,11 @@ from typing import Any
 
 import mcp_types as types
 
-from tether.frontend import results
-from tether.frontend.agent_tree import archive_everywhere
-from tether.frontend.modes import Guard, check_agent_action, send_checked
-from tether.frontend.schemas import AgentArgs
+from tether.frontend.guardians.agent_tree import archive_everywhere
+from tether.frontend.policy.modes import Guard, check_agent_action, send_checked
+from tether.frontend.tools import replies
 from tether.frontend.tools.base import Session
+from tether.frontend.tools.schemas import AgentArgs
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
     AGENT_RPC_TIMEOUT_S,
@@ -96,7 +96,7 @@ async def run_lifecycle(
         lines = [agent_line(a) for a in data["agents"]]
         if data.get("next_before") is not None:
             lines.append(f"(older agents: list with before={data['next_before']})")
-        return results.ok(data, "\n".join(lines) or "no agents")
+        return replies.ok(data, "\n".join(lines) or "no agents")
     if action in ("notifications", "wait"):
         return await _notifications(session, args, root, scope)
     if action == "launch":
@@ -115,33 +115,33 @@ async def run_lifecycle(
                               AGENT_RPC_TIMEOUT_S)
         if parent is not None:
             data["parent_source"] = parent.source
-        return results.ok(data, "launched " + agent_line(data["agent"]))
+        return replies.ok(data, "launched " + agent_line(data["agent"]))
     target = need_arg(args.target, "target", action)
     targeted = {**scope, "execution_id": target}
     if action == "get":
         data = (await locator.call(root, "agent.get", targeted, timeout_s=RPC_SLACK_S)).wire()
-        return results.ok(data, agent_line(data["agent"]))
+        return replies.ok(data, agent_line(data["agent"]))
     if action == "archive":
         data = await archive_everywhere(locator, root, target, scope.get("thread_id"))
-        return results.ok(data, f"archived {', '.join(data['archived'])}; detached "
+        return replies.ok(data, f"archived {', '.join(data['archived'])}; detached "
                                 f"{', '.join(data['detached']) or 'none'}")
     if action == "cancel":
         data = await _guarded(session, root, scope, action, guard, "agent.cancel", {
             **targeted, "timeout_ms": int(args.timeout_seconds * 1000),
             "idempotency_key": session.idempotency_key()}, args.timeout_seconds + RPC_SLACK_S)
-        return results.ok(data, f"cancel acknowledged: {agent_line(data['agent'])}")
+        return replies.ok(data, f"cancel acknowledged: {agent_line(data['agent'])}")
     if action == "label":
         labels = need_arg(args.labels, "labels", action)
         data = (await locator.call(root, "agent.label", {**targeted, "labels": labels},
                                    timeout_s=RPC_SLACK_S)).wire()
-        return results.ok(data, agent_line(data["agent"]))
+        return replies.ok(data, agent_line(data["agent"]))
     if action == "close":
         data = (await locator.call(root, "agent.close", targeted,
                                    timeout_s=AGENT_RPC_TIMEOUT_S)).wire()
     else:  # resume, unarchive: they start a program
         data = await _guarded(session, root, scope, action, guard, f"agent.{action}", targeted,
                               AGENT_RPC_TIMEOUT_S)
-    return results.ok(data, f"{action}: {agent_line(data['agent'])}")
+    return replies.ok(data, f"{action}: {agent_line(data['agent'])}")
 
 
 async def _notifications(
@@ -177,4 +177,4 @@ async def _notifications(
         data["outcome"] = "changed" if data["notifications"] else "timeout"
     lines = [f"#{n['id']} {n['child_execution_id']} {n['kind']} (turn {n['turn_seq']})"
              for n in data["notifications"]]
-    return results.ok(data, "\n".join(lines) or "no notifications")
+    return replies.ok(data, "\n".join(lines) or "no notifications")

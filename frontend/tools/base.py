@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import mcp_types as types
 from pydantic import BaseModel
 
-from tether.frontend.authority import LOCAL, Caller
-from tether.frontend.guardians import GuardianLocator
-from tether.frontend.lineage import Lineage
+from tether.frontend.guardians.lineage import Lineage
+from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.policy.authority import LOCAL, Caller
 from tether.protocol.methods import ModeSpec
 from tether.protocol.versions import Capability
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace

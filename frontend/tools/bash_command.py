@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 
 import mcp_types as types
 
-from tether.frontend import results, usage
-from tether.frontend.modes import Guard, check_bash_action, send_checked
-from tether.frontend.outputs import BASH_COMMAND_OUTPUT
-from tether.frontend.schemas import (
+from tether.frontend.policy.modes import Guard, check_bash_action, send_checked
+from tether.frontend.tools import replies, usage
+from tether.frontend.tools.base import Progress, Session, Tool
+from tether.frontend.tools.outputs import BASH_COMMAND_OUTPUT
+from tether.frontend.tools.schemas import (
     BashCommandArgs,
     CommandAction,
     ScreenAction,
@@ -21,7 +22,6 @@ from tether.frontend.schemas import (
     StatusCheckAction,
     WaitForTurnAction,
 )
-from tether.frontend.tools.base import Progress, Session, Tool
 from tether.protocol.limits import (
     DEFAULT_COLS,
     DEFAULT_ROWS,
@@ -92,7 +92,7 @@ class BashCommandTool(Tool):
                 text = (f"unknown ({turn.execution.reason or 'no reason recorded'}): how "
                         f"execution {turn.execution.execution_id} ended was not observed; "
                         f"its last screen reads {turn.recognition.state}")
-            return results.ok(turn.wire(), text)
+            return replies.ok(turn.wire(), text)
         else:
             assert isinstance(action, ScreenAction)
             screen: ScreenResult = await session.locator.call(
@@ -100,7 +100,7 @@ class BashCommandTool(Tool):
                 {**scope, "execution_id": action.execution_id, "lines": action.lines},
                 timeout_s=RPC_SLACK_S,
             )
-            return results.ok({"screen": screen.wire()}, screen.text or "(empty screen)")
+            return replies.ok({"screen": screen.wire()}, screen.text or "(empty screen)")
 
         async def check(fresh: bool) -> Guard:
             return await check_bash_action(session, root, scope, action, fresh=fresh)
@@ -190,4 +190,4 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
     if data["output_truncated"]:
         trailer += (f"\n[output truncated: showing the tail from byte {data['output_start']}; "
                     "page the rest with Execution.read]")
-    return results.ok(data, f"{text}\n{trailer}" if text else trailer)
+    return replies.ok(data, f"{text}\n{trailer}" if text else trailer)

@@ -6,9 +6,10 @@ from typing import Any
 
 import mcp_types as types
 
-from tether.frontend import results
-from tether.frontend.outputs import EXECUTION_OUTPUT
-from tether.frontend.schemas import (
+from tether.frontend.tools import replies
+from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
+from tether.frontend.tools.outputs import EXECUTION_OUTPUT
+from tether.frontend.tools.schemas import (
     ExecutionArgs,
     ExplainAction,
     GetAction,
@@ -18,7 +19,6 @@ from tether.frontend.schemas import (
     WaitAction,
     wire_cursor,
 )
-from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS, RPC_SLACK_S
 from tether.protocol.methods import params_capability
@@ -65,13 +65,13 @@ class ExecutionTool(Tool):
                      for r in listed.executions]
             if listed.next_before is not None:
                 lines.append(f"(older records: list with before={listed.next_before})")
-            return results.ok(listed.wire(), "\n".join(lines) or "no executions yet")
+            return replies.ok(listed.wire(), "\n".join(lines) or "no executions yet")
         if isinstance(action, GetAction):
             got: GetResult = await call(root, "exec.get",
                                         {**scope, "execution_id": action.execution_id},
                                         timeout_s=RPC_SLACK_S)
             data = got.wire()
-            return results.ok(data, results.json_text(data["execution"]))
+            return replies.ok(data, replies.json_text(data["execution"]))
         if isinstance(action, ReadAction):
             page: ReadResult = await call(
                 root, "exec.read",
@@ -79,7 +79,7 @@ class ExecutionTool(Tool):
                  "page_bytes": action.page_bytes, "cursor": action.cursor},
                 timeout_s=RPC_SLACK_S,
             )
-            return results.ok(page.wire(), page.text or "(empty page)")
+            return replies.ok(page.wire(), page.text or "(empty page)")
         if isinstance(action, ObserveAction):
             timeout_ms = int(action.timeout_seconds * 1000)
             items = action.model_dump(include={"items"})["items"]  # one pass
@@ -98,18 +98,18 @@ class ExecutionTool(Tool):
                                  for i in range(len(items))]
                 data["completed_with_issues"] = True
             if data.pop("completed_with_issues", False):
-                return results.issues(
+                return replies.issues(
                     data, ErrorCode.EXECUTION_OBSERVATION_ISSUES.value,
                     "some observe items failed; see each item's errors",
                 )
-            return results.ok(data, _observe_text(observed))
+            return replies.ok(data, _observe_text(observed))
         if isinstance(action, ExplainAction):
             explained: ExplainResult = await call(
                 root, "exec.explain",
                 {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer},
                 timeout_s=RPC_SLACK_S)
             decision = explained.recognition
-            return results.ok(explained.wire(),
+            return replies.ok(explained.wire(),
                               f"{decision.state} (recognizer {decision.recognizer}, "
                               f"rule {decision.rule}, reason {decision.reason})")
         assert isinstance(action, WaitAction)
@@ -124,7 +124,7 @@ class ExecutionTool(Tool):
         text = (f"{waited.outcome}: {changed}" if changed else
                 f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
                 "again with after = data.cursor to miss nothing meanwhile")
-        return results.ok(waited.wire(), text)
+        return replies.ok(waited.wire(), text)
 
 
 async def _refused_items(session: Session, root: str, thread_id: str,

@@ -6,14 +6,14 @@ from typing import Any
 
 import mcp_types as types
 
-from tether.frontend import results
-from tether.frontend.authority import BASH
-from tether.frontend.guardians import GuardianHandle
-from tether.frontend.health import unresponsive
-from tether.frontend.modes import read_thread_mode, set_thread_mode
-from tether.frontend.outputs import INITIALIZE_OUTPUT
-from tether.frontend.schemas import InitializeArgs
+from tether.frontend.guardians.health import unresponsive
+from tether.frontend.guardians.locator import GuardianHandle
+from tether.frontend.policy.authority import BASH
+from tether.frontend.policy.modes import read_thread_mode, set_thread_mode
+from tether.frontend.tools import replies
 from tether.frontend.tools.base import Progress, Session, Tool
+from tether.frontend.tools.outputs import INITIALIZE_OUTPUT
+from tether.frontend.tools.schemas import InitializeArgs
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 from tether.protocol.results import ResetShellResult, ThreadModeResult, ThreadOpenResult
@@ -125,7 +125,7 @@ class InitializeTool(Tool):
         )
         if data.get("shell_replaced"):
             text += f"\nWARNING: {data['shell_replaced']['message']}"
-        return results.ok(data, text)
+        return replies.ok(data, text)
 
 
 async def _mode(session: Session, root: str, thread_id: str | None,

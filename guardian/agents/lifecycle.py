@@ -18,9 +18,9 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.notifications import NoticeDesk
+from tether.guardian.agents.processes import AgentRuntimes, Stopping
 from tether.guardian.agents.providers import launch_plan, resume_argv
 from tether.guardian.agents.recognize import default_rule_sets, pick_recognizer
-from tether.guardian.agents.runtime import AgentRuntimes, Stopping
 from tether.guardian.agents.tree import Tree
 from tether.guardian.agents.turns import recognize_record
 from tether.guardian.history.records import list_page

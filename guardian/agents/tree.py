@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.agents.runtime import Stopping
+from tether.guardian.agents.processes import Stopping
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import AgentDetachRemoteParams, AgentTargetParams, ExecAncestorParams

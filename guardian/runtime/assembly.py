@@ -17,7 +17,7 @@ from tether.guardian.runtime.inputs import InputDesk
 from tether.guardian.runtime.launch import Launcher
 from tether.guardian.runtime.live import LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
-from tether.guardian.runtime.results import Results
+from tether.guardian.runtime.outcomes import Results
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import GUARDIAN_STOPPED, Threads
 from tether.shared.catalog import Catalog

@@ -1,6 +1,6 @@
 """A kernel sandbox under the main shell of an ``architect`` thread (R27: no writes).
 
-The front-end's command check (``frontend/shell_policy.py``) is the first line: it refuses
+The front-end's command check (``frontend/policy/shell_policy.py``) is the first line: it refuses
 what the mode does not allow before anything is typed. A parser can be wrong about what bash
 will do, so an architect shell also runs inside a sandbox the kernel enforces, set up
 between fork and exec by this file run as a script (no Tether import, ``python -I -S``):

@@ -9,7 +9,7 @@ itself, through the same steps and the SDK's own code for each of them:
 
     envelope ladder (2026-07-28 era) → surface validation → params model → Tether's
     handler → the SDK's result shaping (``ServerRunner._serialize``) → one response,
-    written by the same :class:`~tether.frontend.stdio.Outbound` as every other.
+    written by the same :class:`~tether.frontend.transport.stdio.Outbound` as every other.
 
 It takes only the plain case and leaves everything else to the SDK, untouched:
 

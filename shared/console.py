@@ -20,9 +20,9 @@ EXIT_BROKEN_PIPE = 141
 
 #: subcommand -> (module with a ``main(argv)``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("tether.frontend.cli", "run the MCP server (stdio, or --http)"),
-    "guardian": ("tether.guardian.cli", "run a guardian in the foreground"),
-    "guardians": ("tether.frontend.admin", "list, inspect, stop or restart guardians"),
+    "serve": ("tether.frontend.transport.serve", "run the MCP server (stdio, or --http)"),
+    "guardian": ("tether.guardian.main", "run a guardian in the foreground"),
+    "guardians": ("tether.frontend.person.admin", "list, inspect, stop or restart guardians"),
     "ls": ("tether.frontend.person.ls", "guardians, threads and executions as a table"),
     "show": ("tether.frontend.person.show", "one execution: record, recognition, receipts, events"),
     "tail": ("tether.frontend.person.tail", "an execution's retained output; -f follows it"),

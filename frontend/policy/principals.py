@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tether.frontend.authority import Caller, tools_for
+from tether.frontend.policy.authority import Caller, tools_for
 from tether.protocol.errors import ErrorCode, TetherError
 
 MIN_TOKEN_BYTES = 32

@@ -19,7 +19,7 @@ A good line is handed to the SDK as the message the screen already validated (pa
 
 The transport itself replaces the SDK's ``stdio_server``, whose every line read and every
 write and flush is a hop to a worker thread and back (about six per tool call): pipes and
-sockets are read and written from the event loop (:mod:`tether.frontend.wire`), and the
+sockets are read and written from the event loop (:mod:`tether.frontend.transport.wire`), and the
 SDK's serving loop reads this stream directly (:func:`serve`).
 """
 
@@ -44,8 +44,9 @@ from mcp.server.models import InitializationOptions
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from tether.frontend import results, wire
-from tether.frontend.direct import DirectCalls
+from tether.frontend.tools import replies
+from tether.frontend.transport import wire
+from tether.frontend.transport.direct import DirectCalls
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.text import first_surrogate, unsafe_text_message
 
@@ -112,7 +113,7 @@ def _refuse_text(rid: str | int, obj: dict[str, Any], path: tuple[str | int, ...
             f"invalid arguments: {field}: {unsafe_text_message(what, offset)}",
             {"input_sent": False, "field": field, "offset": offset},
         )
-        result = results.error(err).model_dump(by_alias=True, exclude_none=True, mode="json")
+        result = replies.error(err).model_dump(by_alias=True, exclude_none=True, mode="json")
         return types.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result)
     return _error(rid, types.INVALID_PARAMS,
                   f"Invalid params: {_dotted(path)} holds {what} at character offset {offset}")
@@ -334,7 +335,7 @@ async def serve(server: Server[Any], inbound: Inbound, outbound: Outbound,
     without them gets ``Server.run``.
 
     With ``direct``, plain ``tools/call`` requests after the opening one skip the SDK's
-    per-request machinery (:mod:`tether.frontend.direct`).
+    per-request machinery (:mod:`tether.frontend.transport.direct`).
     """
     loops = _sdk_serving_loops()
     if loops is None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.frontend.lineage import live_guardian_roots
+from tether.frontend.guardians.lineage import live_guardian_roots
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import AGENT_RPC_TIMEOUT_S
 from tether.protocol.versions import Capability
 
 if TYPE_CHECKING:
-    from tether.frontend.guardians import GuardianLocator
+    from tether.frontend.guardians.locator import GuardianLocator
 
 
 async def archive_everywhere(

@@ -20,10 +20,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from tether.frontend.authority import agent_action_class, authorize_agent_action
-from tether.frontend.schemas import CommandAction, SendKeysAction, SendTextAction
-from tether.frontend.shell_policy import Violation, check_command, denied
+from tether.frontend.policy.authority import agent_action_class, authorize_agent_action
+from tether.frontend.policy.shell_policy import Violation, check_command, denied
 from tether.frontend.tools.base import Session
+from tether.frontend.tools.schemas import CommandAction, SendKeysAction, SendTextAction
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MODE_RPC_TIMEOUT_S
 from tether.protocol.methods import ModeSpec, mode_fingerprint
@@ -169,7 +169,7 @@ async def key_violations(session: Session, root: str, scope: dict[str, Any],
 async def check_agent_action(
     session: Session, root: str, scope: dict[str, Any], action: str, *, fresh: bool = False
 ) -> Guard:
-    """The authority check of one Agent action (see :mod:`tether.frontend.authority`):
+    """The authority check of one Agent action (see :mod:`tether.frontend.policy.authority`):
     call it before sending anything for ``action``, and send the returned guard with an
     action that types. Reads the thread's mode only when the action is not an observation."""
     if agent_action_class(action) == "observe":

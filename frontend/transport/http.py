@@ -22,9 +22,9 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
-from tether.frontend.authority import Caller
-from tether.frontend.principals import Principals
-from tether.frontend.server import CallerResolver, build_server
+from tether.frontend.policy.authority import Caller
+from tether.frontend.policy.principals import Principals
+from tether.frontend.transport.mcp_server import CallerResolver, build_server
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
 

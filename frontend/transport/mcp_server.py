@@ -14,12 +14,12 @@ import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from pydantic import ValidationError
 
-from tether.frontend import results
-from tether.frontend.authority import LOCAL, PROFILES, Caller
-from tether.frontend.guardians import GuardianLocator
-from tether.frontend.tools import all_tools
+from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.policy.authority import LOCAL, PROFILES, Caller
+from tether.frontend.tools import replies
 from tether.frontend.tools.base import KnownModes, Session
-from tether.frontend.usage import UsageLog, phase
+from tether.frontend.tools.registry import all_tools
+from tether.frontend.tools.usage import UsageLog, phase
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import validation_error
 from tether.shared.config import Config
@@ -99,7 +99,7 @@ def build_server(
                 )
             caller.check_tool(tool.name)  # checked at call as well as at list (R27)
         except TetherError as err:
-            return results.error(err)
+            return replies.error(err)
         session = session_for(caller)
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -110,15 +110,15 @@ def build_server(
                 args = tool.args_model.model_validate(params.arguments or {})
             return await tool.run(session, args, progress)
         except ValidationError as exc:
-            return results.error(validation_error(exc, "arguments", params.arguments or {}))
+            return replies.error(validation_error(exc, "arguments", params.arguments or {}))
         except TetherError as err:
-            return results.error(err)
+            return replies.error(err)
         except ValueError as exc:
-            return results.error(TetherError(ErrorCode.INVALID_REQUEST, str(exc),
+            return replies.error(TetherError(ErrorCode.INVALID_REQUEST, str(exc),
                                              {"input_sent": False}))
         except Exception:
             log.exception("tool %s failed", params.name)
-            return results.error(TetherError(
+            return replies.error(TetherError(
                 ErrorCode.INTERNAL, "internal error in the Tether front-end; see its stderr log"
             ))
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import anyio
 
-from tether.frontend.authority import PROFILES, Caller, tools_for
-from tether.frontend.server import build_server
-from tether.frontend.stdio import serve as serve_streams
-from tether.frontend.stdio import stdio_transport
+from tether.frontend.policy.authority import PROFILES, Caller, tools_for
+from tether.frontend.transport.mcp_server import build_server
+from tether.frontend.transport.stdio import serve as serve_streams
+from tether.frontend.transport.stdio import stdio_transport
 from tether.protocol.errors import TetherError
 from tether.shared.config import Config
 
@@ -101,8 +101,8 @@ def _serve_stdio(caller: Caller) -> int:
 
 def _serve_http(args: argparse.Namespace) -> int:
     # Imported here: stdio serving never loads uvicorn.
-    from tether.frontend.http import HttpOptions, serve
-    from tether.frontend.principals import load_principals
+    from tether.frontend.policy.principals import load_principals
+    from tether.frontend.transport.http import HttpOptions, serve
 
     try:
         config = Config.from_env()

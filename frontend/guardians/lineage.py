@@ -34,7 +34,7 @@ from tether.protocol.versions import Capability
 from tether.shared.identity import ProcessIdentity
 
 if TYPE_CHECKING:
-    from tether.frontend.guardians import GuardianLocator
+    from tether.frontend.guardians.locator import GuardianLocator
 
 ENV_EXECUTION = "TETHER_EXECUTION_ID"
 ENV_WORKSPACE = "TETHER_WORKSPACE"

@@ -15,8 +15,8 @@ from typing import Any
 import filelock
 import psutil
 
-from tether.frontend.guardians import START_TIMEOUT_S, GuardianLocator, read_info
-from tether.frontend.health import process_status
+from tether.frontend.guardians.health import process_status
+from tether.frontend.guardians.locator import START_TIMEOUT_S, GuardianLocator, read_info
 from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.doctor import lock_holders
 from tether.frontend.person.term import Progress, visible

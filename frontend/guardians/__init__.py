@@ -1,0 +1,1 @@
+"""Reaching guardians: finding, starting and validating them, health, lineage, trees."""

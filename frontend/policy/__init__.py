@@ -1,0 +1,1 @@
+"""Who may do what: principals, profiles and tools, thread modes, command-line checks."""

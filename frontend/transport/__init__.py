@@ -1,0 +1,1 @@
+"""The MCP server and its transports: stdio, streamable HTTP, and ``tether serve``."""
