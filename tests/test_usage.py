@@ -72,7 +72,8 @@ async def _serve(log: Path, stderr: Path, **env: str) -> AsyncIterator[Client]:
 def _group(report: dict[str, Any], tool: str, action: str) -> dict[str, Any]:
     found = [g for g in report["workflows"] if (g["tool"], g["action"]) == (tool, action)]
     assert len(found) == 1, (tool, action, report["workflows"])
-    return found[0]
+    group: dict[str, Any] = found[0]
+    return group
 
 
 @pytest.mark.anyio
