@@ -47,7 +47,7 @@ def test_one_notification_per_event_in_the_same_transaction(store: AgentStore) -
     store.create(agent_record("ag_p"))
     store.create(agent_record("ag_c", parent="ag_p"))
     for state in ("idle", "running", "running", "idle"):
-        store.transition("ag_c", state, reason="recognized")  # type: ignore[arg-type]
+        store.transition("ag_c", state, reason="recognized")
     store.transition("ag_c", "running", reason="recognized", attention="approval")
     notes = store.notifications("ag_p")
     assert [(n["kind"], n["turn_seq"]) for n in notes] == [("finished", 1), ("approval", 2)]

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from tests.helpers import guardian_thread, poll
 from tether.frontend.guardians.locator import GuardianHandle
-from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention, RetentionLimits
-from tether.guardian.rpc.idempotency import IdempotencyLedger
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.pty import ExitStatus
+from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecStartParams

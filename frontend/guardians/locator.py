@@ -26,8 +26,8 @@ from typing import Any
 import filelock
 from pydantic import ValidationError
 
+from tether.frontend import usage
 from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
-from tether.frontend.tools import usage
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
 from tether.protocol.methods import METHODS, params_capability

@@ -25,7 +25,7 @@ from tether.frontend.guardians.health import measured, restart_for
 from tether.frontend.guardians.locator import GuardianLocator
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
-from tether.frontend.tools.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
+from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import capabilities_for, known_minor_versions

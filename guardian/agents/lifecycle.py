@@ -43,7 +43,7 @@ from tether.shared.agent_store import AgentStore, Transition
 
 if TYPE_CHECKING:
     from tether.guardian.agents.receipts import PromptDesk
-    from tether.guardian.rpc.idempotency import IdempotencyLedger
+    from tether.guardian.history.idempotency import IdempotencyLedger
     from tether.guardian.runtime.assembly import Runtime
 
 log = logging.getLogger(__name__)

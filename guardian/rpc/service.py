@@ -17,13 +17,13 @@ from pydantic import ValidationError
 
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
-from tether.guardian.history.inspection import Inspector
-from tether.guardian.history.reads import History
-from tether.guardian.history.workspace_view import PersonDesk
-from tether.guardian.rpc.idempotency import IdempotencyLedger
+from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.mode_store import ThreadModes
+from tether.guardian.views.inspection import Inspector
+from tether.guardian.views.reads import History
+from tether.guardian.views.workspace_view import PersonDesk
 from tether.protocol import codec
 from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
 from tether.protocol.errors import ErrorCode, TetherError

@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime import sandbox
@@ -21,6 +20,7 @@ from tether.guardian.runtime.inputs import deliver, stale_generation
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.pty import PtyRuntime, job_argv
+from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.screen import TerminalScreen

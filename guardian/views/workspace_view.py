@@ -28,8 +28,8 @@ from tether.protocol.methods import (
 from tether.protocol.results import DescribeResult, PersonInputResult, StreamResult, WorkspaceListResult
 
 if TYPE_CHECKING:
+    from tether.guardian.history.idempotency import IdempotencyLedger
     from tether.guardian.history.retention import Retention
-    from tether.guardian.rpc.idempotency import IdempotencyLedger
     from tether.guardian.runtime.live import LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
