@@ -66,6 +66,7 @@ def sql_outside_the_store() -> list[str]:
         where = path.relative_to(ROOT)
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
+            line = getattr(node, "lineno", 0)
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -73,14 +74,14 @@ def sql_outside_the_store() -> list[str]:
                 names = [node.module]
             for name in names:
                 if name.split(".")[0] in DRIVERS:
-                    found.append(f"{where}:{node.lineno}: imports {name}")
+                    found.append(f"{where}:{line}: imports {name}")
             text = None
             if isinstance(node, ast.JoinedStr):
                 text = _text_of(node)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = node.value
             if text is not None and (match := SQL.search(text)):
-                found.append(f"{where}:{node.lineno}: SQL {match.group(0)[:60]!r}")
+                found.append(f"{where}:{line}: SQL {match.group(0)[:60]!r}")
     return sorted(set(found))
 
 
@@ -89,6 +90,31 @@ def test_no_sql_outside_the_store() -> None:
     found = sql_outside_the_store()
     assert not found, ("SQL belongs in shared/store/ (a table family, or view.py for reads "
                        "without a guardian):\n" + "\n".join(found))
+
+
+#: What of the store a front-end may use: the read-only view, and what describes rows.
+FRONT_END_MAY_IMPORT = frozenset({"view", "rows", "schema", "errors"})
+
+
+def test_the_front_end_never_imports_a_writer_of_the_catalog() -> None:
+    """Opening ``Catalog`` creates, migrates and chmods the file: the guardian's alone."""
+    found = []
+    for path in sorted((ROOT / "frontend").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] + ([f"{node.module}.{a.name}" for a in node.names]
+                                           if node.module == "tether.shared.store" else [])
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                parts = module.split(".")
+                if parts[:3] == ["tether", "shared", "store"] and len(parts) > 3 and (
+                        parts[3] not in FRONT_END_MAY_IMPORT):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module}")
+    assert not found, "the front-end reads catalogs through shared/store/view only:\n" + (
+        "\n".join(found))
 
 
 def test_the_scan_finds_what_it_is_meant_to_find() -> None:

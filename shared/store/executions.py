@@ -16,6 +16,7 @@ from tether.shared.store.core import CatalogCore
 from tether.shared.store.rows import (
     ExecutionRow,
     ExpiryRow,
+    OutputFigures,
     PruningRow,
     decode_fields,
     decode_row,
@@ -202,7 +203,7 @@ class ExecutionsTable(CatalogCore):
         ).fetchone()
         return None if row is None else decode_row(row)
 
-    def output_figures(self, execution_id: str) -> tuple[int, int] | None:
+    def output_figures(self, execution_id: str) -> OutputFigures | None:
         """``(output_start, output_end)`` of a record as reads show it (None: no record):
         where its journal's segments are (``shared/segments``)."""
         row = self._db.execute(

@@ -16,6 +16,10 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 ExecutionRow = dict[str, Any]
 #: A prompt receipt, as the guardian stored it (JSON).
 Receipt = dict[str, Any]
+#: A thread's mode as stored (``ModeSpec`` as JSON: name, code_writer's lists).
+StoredMode = dict[str, Any]
+#: A record's ``(output_start, output_end)``: where its journal's window lies.
+OutputFigures = tuple[int, int]
 
 
 class ThreadRow(TypedDict):

@@ -6,7 +6,7 @@ import json
 from typing import Any, cast
 
 from tether.shared.store.core import CatalogCore
-from tether.shared.store.rows import ThreadRow
+from tether.shared.store.rows import StoredMode, ThreadRow
 
 
 class ThreadsTable(CatalogCore):
@@ -32,14 +32,14 @@ class ThreadsTable(CatalogCore):
             f"UPDATE threads SET {sets} WHERE thread_id = ?", (*fields.values(), thread_id)
         )
 
-    def get_thread_mode(self, thread_id: str) -> dict[str, Any] | None:
+    def get_thread_mode(self, thread_id: str) -> StoredMode | None:
         """The mode stored for a thread (R27), or None when it never changed from wcgw."""
         row = self._db.execute(
             "SELECT mode FROM thread_modes WHERE thread_id = ?", (thread_id,)
         ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
-    def set_thread_mode(self, thread_id: str, mode: dict[str, Any]) -> None:
+    def set_thread_mode(self, thread_id: str, mode: StoredMode) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO thread_modes VALUES (?, ?, ?)",
             (thread_id, json.dumps(mode, sort_keys=True), self.clock.now_ms()),
