@@ -416,8 +416,8 @@ def test_a_shell_still_dying_does_not_hide_what_it_left_running() -> None:
     """Reconciliation scans /proc right after the guardian died: the main shell may still be
     dying of its hangup. It is the record's runtime (reported as ``orphan``); the ``nohup``
     loop beneath it is reported too, not hidden as the child of a marked process."""
+    from tether.guardian.history.reconcile import EXECUTION_MARK, THREAD_MARK, _marked
     from tether.shared.identity import Marked
-    from tether.shared.reconcile import EXECUTION_MARK, THREAD_MARK, _marked
 
     shell, loop, sleep = 100, 200, 300
     marks = {

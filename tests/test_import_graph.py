@@ -277,4 +277,4 @@ def test_a_module_outside_every_room_is_reported() -> None:
         "tether.elsewhere.thing is in no room (add it to SIDES or BASE)",
     ]
     assert room_of("tether.frontend.usage") == ROOMS["tether.frontend"]
-    assert room_of("tether.shared.store.threads") == ROOMS["tether.shared"]
+    assert room_of("tether.shared.store.thread_table") == ROOMS["tether.shared"]

@@ -11,7 +11,7 @@ from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.render import render_output
 from tether.protocol.limits import LIST_COMMAND_CHARS, LIST_REPLY_BYTES
 from tether.protocol.results import CompactRecord
-from tether.shared.catalog import AGENT_COLUMNS
+from tether.shared.store.schema import AGENT_COLUMNS
 
 
 class Running(Protocol):

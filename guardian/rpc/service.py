@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +52,7 @@ from tether.protocol.results import (
 )
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
-from tether.shared.storage import storage_unavailable
+from tether.shared.store.store_errors import StoreError, storage_unavailable
 
 if TYPE_CHECKING:
     from tether.guardian.agents.lifecycle import AgentLifecycle
@@ -110,8 +109,11 @@ class GuardianService:
         clock: Clock,
         on_activity: Callable[[], None],
         on_shutdown: Callable[[str], None],
+        reconciled: list[dict[str, Any]] | None = None,
     ) -> None:
         self._rt = runtime
+        #: What this guardian reconciled at start (``hello`` says it: ``lost_records``).
+        self._reconciled = reconciled or []
         self._ledger = IdempotencyLedger(runtime.catalog)
         self.instance_id = instance_id
         self.identity = identity
@@ -209,7 +211,7 @@ class GuardianService:
             return reply
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             log.warning("catalog write failed: %s", exc)
             refused = storage_unavailable(self._rt.catalog.path, exc)
             return codec.encode(error_response(self.version, rid, refused))
@@ -295,6 +297,7 @@ class GuardianService:
             "capabilities": sorted(str(c) for c in self.capabilities),
             "workspace_root": self._rt.scope.workspace_root,
             "principal": self._rt.scope.principal,
+            **({"lost_records": self._reconciled} if self._reconciled else {}),
         })
         return result
 

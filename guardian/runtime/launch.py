@@ -27,9 +27,10 @@ from tether.guardian.terminal.screen import TerminalScreen
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_COMMAND_BYTES
 from tether.protocol.methods import ExecStartParams
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import ThreadRow
 
 #: How long a new shell may take to show its first prompt before a command is refused.
 SHELL_READY_TIMEOUT_S = 10.0
@@ -122,7 +123,7 @@ class Launcher:
         return outcome
 
     async def _start_background(
-        self, thread: dict[str, Any], params: ExecStartParams, claim: Callable[[], None],
+        self, thread: ThreadRow, params: ExecStartParams, claim: Callable[[], None],
     ) -> dict[str, Any]:
         cwd = self._threads.cwd(thread["thread_id"], thread["cwd"])
         execution_id = self._clock.new_id("ex")
@@ -169,7 +170,7 @@ class Launcher:
 
     def _new_execution(
         self,
-        thread: dict[str, Any],
+        thread: ThreadRow,
         params: ExecStartParams,
         *,
         kind: str,

@@ -18,7 +18,7 @@ from tether.guardian.runtime.threads import Threads
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ExecStatusParams
 from tether.protocol.results import ExecResult
-from tether.shared.catalog import Catalog
+from tether.shared.store.catalog import Catalog
 
 #: After input, a result waits for output to go quiet this long (or for the exit).
 SETTLE_QUIET_S = 0.3

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
     from tether.guardian.views.inspection import Inspector
-    from tether.shared.catalog import Catalog
     from tether.shared.paths import GuardianPaths
+    from tether.shared.store.catalog import Catalog
 
 ZERO_TIMEOUT_BUDGET_S = 0.25
 _RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
     from tether.guardian.runtime.threads import Threads
-    from tether.shared.catalog import Catalog
+    from tether.shared.store.catalog import Catalog
 
 #: How long typing a person's bytes may wait for the program to read its input.
 INPUT_WRITE_TIMEOUT_S = 5.0
