@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import pathlib
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 
-from tests.agent_helpers import launch, wait_state
+from tests.agent_helpers import fake_argv, launch, launched_by, run_prompt, wait_state
 from tests.helpers import poll
-from tests.mcp_helpers import agent, initialize, prompt_log
+from tests.mcp_helpers import agent, bash, initialize, prompt_log
 from tether.guardian.agents.recognize import (
     RuleFileError,
     ScreenView,
@@ -185,3 +187,56 @@ def test_the_draft_table_is_checked_when_rules_load() -> None:
     ]:
         with pytest.raises(RuleFileError, match=message):
             parse_rule_file("x.toml", base.format(table + bad).encode())
+
+
+async def test_a_notice_for_a_parent_with_a_draft_stays_pending(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    """A finish notice is never typed into a parent's draft: it waits, untyped, and is typed
+    once the parent is next idle with an empty box."""
+    session = await initialize(client, workspace)
+    plog = tmp_path / "parent.log"
+    parent = (await launch(client, session, plog, "--run-prompts", "--busy-seconds", "0.2"))[
+        "execution_id"]
+    await wait_state(client, session, parent, "idle")
+    text = run_prompt(tmp_path / "p.json", tmp_path / "p.out", False, [
+        {"workspace": str(workspace), "argv": fake_argv(tmp_path / "c.log", "--busy-seconds", "0.5"),
+         "recognizer": "claude"}])
+    await agent(client, session, {"action": "prompt", "target": parent, "prompt_id": "spawn",
+                                  "text": text, "timeout_seconds": 0})
+    child = launched_by(tmp_path / "p.out")[0]["data"]["agent"]["execution_id"]
+    await wait_state(client, session, parent, "idle")
+    await wait_state(client, session, child, "idle")
+    # Someone typed into the parent's box and has not sent it.
+    await bash(client, session, {"type": "send_text", "execution_id": parent,
+                                 "text": "parent draft"})
+    screen = await screen_text(client, session, parent)
+    assert "> parent draft" in screen, screen
+
+    await agent(client, session, {"action": "prompt", "target": child, "prompt_id": "task",
+                                  "text": "do the task", "timeout_seconds": 15})
+    notices = (await agent(client, session, {"action": "wait", "target": parent,
+                                             "events": ["notification"], "timeout_seconds": 15}))
+    [notice] = notices["data"]["notifications"]
+    prompt_id = f"notify-{notice['id']}"
+    # For a while (the delivery is tried at once, when the child's turn ends): nothing typed.
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert prompt_log(plog) == [text]
+        assert "> parent draft" in await screen_text(client, session, parent)
+        await anyio.sleep(0.1)
+    missing = await agent(client, session, {"action": "wait", "target": parent,
+                                            "prompt_id": prompt_id, "timeout_seconds": 0},
+                          error=True)
+    assert missing["code"] == "not_found"
+    rows = (await agent(client, session, {"action": "notifications", "parent": parent}))["data"]
+    assert rows["notifications"][0]["delivered_prompt_id"] is None
+
+    # The parent sends its own draft; at its next idle the notice is typed, on its own.
+    await bash(client, session, {"type": "send_keys", "execution_id": parent, "keys": ["Enter"]})
+    typed = f"[tether] agent {child} finished a turn (notification {notice['id']},"
+    poll(lambda: len(prompt_log(plog)) == 3, timeout=15, what="the notice after the draft")
+    log = prompt_log(plog)
+    assert log[:2] == [text, "parent draft"] and log[2].startswith(typed), log
+    await agent(client, session, {"action": "close", "target": child})
+    await agent(client, session, {"action": "close", "target": parent})
