@@ -14,8 +14,10 @@ import pytest
 from mcp import Client
 
 from tests.agent_helpers import fake_argv, launch, launched_by, run_prompt, wait_state
-from tests.helpers import poll
+from tests.helpers import poll, start_guardian
 from tests.mcp_helpers import agent, bash, initialize, prompt_log
+from tests.test_compatibility import raw_replies
+from tether.frontend.transport.mcp_server import build_server
 from tether.guardian.agents.recognize import (
     RuleFileError,
     ScreenView,
@@ -24,6 +26,7 @@ from tether.guardian.agents.recognize import (
     parse_rule_file,
     recognize,
 )
+from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 
@@ -240,3 +243,34 @@ async def test_a_notice_for_a_parent_with_a_draft_stays_pending(
     assert log[:2] == [text, "parent draft"] and log[2].startswith(typed), log
     await agent(client, session, {"action": "close", "target": child})
     await agent(client, session, {"action": "close", "target": parent})
+
+
+async def test_a_1_7_guardian_is_refused_replace_draft_and_launch_env(
+    tether_env: Config, workspace: Path, tmp_path: Path
+) -> None:
+    """An older guardian would ignore both (unknown keys are ignored): the front-end refuses
+    them before sending anything, and the guardian itself refuses them to other clients."""
+    info = start_guardian(workspace, tether_env, "1.7")
+    log = tmp_path / "a.log"
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        env = await agent(client, session, {"action": "launch", "provider": "command",
+                                            "argv": fake_argv(log), "env": {"A": "1"}}, error=True)
+        assert env["code"] == "capability_missing" and env["data"]["capability"] == "launch_env"
+        assert env["data"]["input_sent"] is False
+        assert (await agent(client, session, {"action": "list"}))["data"]["agents"] == []
+        eid = (await launch(client, session, log, "--draft", "x"))["execution_id"]
+        await wait_state(client, session, eid, "idle")
+        draft = await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "p",
+                                              "text": "hi", "replace_draft": True}, error=True)
+        assert draft["code"] == "capability_missing"
+        assert draft["data"]["capability"] == "replace_draft"
+        await agent(client, session, {"action": "close", "target": eid})
+    scope = {"principal": "local", "workspace_root": str(workspace), "thread_id": "th_x"}
+    replies = raw_replies(info, [1, 7], [
+        ("agent.prompt", {**scope, "execution_id": eid, "prompt_id": "q", "text": "hi",
+                          "replace_draft": True}),
+        ("agent.launch", {**scope, "argv": fake_argv(log), "env": {"A": "1"},
+                          "idempotency_key": "k1"})])
+    assert [r["error"]["data"]["capability"] for r in replies] == ["replace_draft", "launch_env"]
+    assert prompt_log(log) == []
