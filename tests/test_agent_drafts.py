@@ -71,6 +71,29 @@ async def test_a_draft_refuses_the_prompt_and_replace_draft_sends_exactly_the_ne
     await agent(client, session, {"action": "close", "target": eid})
 
 
+async def test_a_draft_that_will_not_clear_refuses_with_nothing_typed(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    session = await initialize(client, workspace)
+    log = tmp_path / "agent.log"
+    eid = (await launch(client, session, log, "--draft", "stuck", "--sticky-draft"))[
+        "execution_id"]
+    await wait_state(client, session, eid, "idle")
+    began = time.monotonic()
+    refused = await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "p",
+                                            "text": "new text", "replace_draft": True,
+                                            "timeout_seconds": 5}, error=True)
+    assert time.monotonic() - began < 10
+    assert refused["code"] == "input_not_empty", refused
+    assert refused["data"] == {"input_sent": False, "draft": "'> stuck'",
+                               "draft_cleared": False, "keys_sent": True}
+    assert "could not be cleared" in refused["message"]
+    assert "> stuck" in await screen_text(client, session, eid)
+    assert "new text" not in await screen_text(client, session, eid)
+    assert prompt_log(log) == []
+    await agent(client, session, {"action": "close", "target": eid})
+
+
 async def test_cancel_then_prompt_with_replace_draft_sends_exactly_the_new_text(
     client: Client, workspace: Path, tmp_path: Path
 ) -> None:

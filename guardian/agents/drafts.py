@@ -76,7 +76,15 @@ async def clear_draft(
             )
         presses = len(current) + SPARE_PRESSES if rules.clear_per_character else 1
         before = live.activity_seq
-        await live.runtime.write(keys * presses, timeout_s=2.0, claim=claim)
+        try:
+            await live.runtime.write(keys * presses, timeout_s=2.0, claim=claim)
+        except (TimeoutError, OSError) as exc:
+            raise TetherError(
+                ErrorCode.INPUT_INCOMPLETE,
+                f"the program stopped reading while its draft was being cleared ({exc}); "
+                "nothing of the prompt was typed. Look at its screen before trying again.",
+                {"input_sent": False, "draft_cleared": "unknown", "keys_sent": True},
+            ) from None
         rounds += 1
         await _settle(live, before, notifier, deadline)
         await refresh(live)

@@ -32,7 +32,8 @@ as ``\n``) instead of submitting it. Ctrl-D, SIGHUP and SIGTERM exit cleanly wit
 
 Drafts, as Claude Code has them: ``--draft TEXT`` starts with TEXT typed into the box (not
 sent), and with ``--restore-on-interrupt`` an interrupted turn puts its prompt back into the
-box, where whatever is typed next joins it. Backspace deletes the draft's last character.
+box, where whatever is typed next joins it. Backspace deletes the draft's last character
+(with ``--sticky-draft`` it does nothing: a box that cannot be cleared).
 
 ``--start-log FILE`` appends, once at start, ``{"argv": [...], "env": {NAME: value}}``: the
 arguments it was started with and the variables named by ``--show-env NAME`` (repeatable;
@@ -89,6 +90,7 @@ class Agent:
     last_char_at: float = float("-inf")
     tool: subprocess.Popen[bytes] | None = None  # the command a ``run:`` prompt started
     restore_on_interrupt: bool = False  # an interrupted prompt goes back into the box
+    sticky_draft: bool = False  # Backspace does nothing
 
     # --- input -------------------------------------------------------------------------
 
@@ -117,7 +119,7 @@ class Agent:
         elif key == PASTED_NEWLINE:
             self.draft += "\n"
         elif key in ("\x7f", "\x08"):
-            self.draft = self.draft[:-1]
+            self.draft = self.draft if self.sticky_draft else self.draft[:-1]
         elif key.isprintable():
             self.draft += key  # typed while busy: kept as the next draft, like real agents
             self.last_char_at = now
@@ -324,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", default="", help="start with this text typed into the box")
     parser.add_argument("--restore-on-interrupt", action="store_true",
                         help="an interrupted prompt goes back into the box (Claude Code)")
+    parser.add_argument("--sticky-draft", action="store_true", help="Backspace does nothing")
     parser.add_argument("--start-log", help="append the argv and --show-env variables here")
     parser.add_argument("--show-env", action="append", default=[], help="a variable to log")
     args = parser.parse_args(argv)
@@ -337,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                   paste_burst_seconds=args.paste_burst_ms / 1000,
                   ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts,
                   interrupt_presses=args.interrupt_presses, draft=args.draft,
-                  restore_on_interrupt=args.restore_on_interrupt)
+                  restore_on_interrupt=args.restore_on_interrupt, sticky_draft=args.sticky_draft)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     resized: list[int] = []
