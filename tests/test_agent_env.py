@@ -183,3 +183,30 @@ def test_every_spelling_of_a_selector_is_dropped(provider: str, launched: list[s
 def test_a_command_agent_reruns_its_argv() -> None:
     argv = [sys.executable, "agent.py", "--flag", "x"]
     assert resume_argv({"provider": "command", "argv": argv, "conversation_id": None}) == argv
+
+
+@pytest.mark.parametrize(("provider", "launched", "again"), [
+    # Claude Code's and Codex's positional prompt is not sent again...
+    ("claude", ["claude", "--model", "opus", "fix the tests"], ["--model", "opus"]),
+    ("claude", ["claude", "fix the tests", "--verbose"], ["--verbose"]),
+    ("claude", ["claude", "--verbose", "--", "-fix"], ["--verbose"]),
+    ("codex", ["codex", "-m", "o3", "fix the tests"], ["-m", "o3"]),
+    ("codex", ["codex", "resume", "old-id", "-m", "o3", "more"], ["-m", "o3"]),
+    # ... nor OpenCode's --prompt; its plain word is the project directory, kept.
+    ("opencode", ["opencode", "proj", "--prompt", "fix", "--model", "a/b"],
+     ["proj", "--model", "a/b"]),
+    # Words an option owns stay: a variadic option's, a known option's value that looks like
+    # an option, and (kept rather than lost) the word after an option not known here.
+    ("claude", ["claude", "--mcp-config", "a.json", "b.json", "--model", "opus"],
+     ["--mcp-config", "a.json", "b.json", "--model", "opus"]),
+    ("claude", ["claude", "--append-system-prompt", "-be brief", "--verbose"],
+     ["--append-system-prompt", "-be brief", "--verbose"]),
+    ("claude", ["claude", "--some-new-option", "value", "--model=opus"],
+     ["--some-new-option", "value", "--model=opus"]),
+])
+def test_a_resume_never_sends_the_launch_line_prompt_again(
+    provider: str, launched: list[str], again: list[str]
+) -> None:
+    selector = {"claude": ["--resume"], "codex": ["resume"], "opencode": ["--session"]}[provider]
+    line = resume_argv({"provider": provider, "argv": launched, "conversation_id": UUID})
+    assert line == [provider, *selector, UUID, *again]

@@ -5,7 +5,8 @@
 Tether chooses) so the conversation can be resumed with ``claude --resume <uuid>``; Codex
 resumes with ``codex resume <uuid>``. A resume keeps every other argument of the launch
 (``--model``, ``--mcp-config``, ``--permission-mode``, ...) and replaces only the words that
-choose the conversation. When only the launch line names the conversation, the R14
+choose the conversation; a prompt given on the launch line is not sent again
+(``resume_words``). When only the launch line names the conversation, the R14
 recovery-advice parser reads it from there.
 """
 
@@ -20,49 +21,15 @@ from typing import Any
 
 from tether.guardian.agents.recognize import pick_recognizer
 from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.agents.resume_words import resume_arguments
 from tether.protocol.errors import ErrorCode, TetherError
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 #: argv words that already choose Claude Code's conversation: Tether adds none then.
 _CLAUDE_SELECTORS = frozenset({"--session-id", "--resume", "-r", "--continue", "-c"})
 
-Takes = bool | None  # an option's value: always (True), never (False), when one follows (None)
-#: Per provider, the options that choose a conversation (dropped from a launch line on resume).
-_SELECTOR_VALUES: dict[str, dict[str, Takes]] = {
-    "claude": {"--session-id": True, "--resume": None, "-r": None, "--continue": False,
-               "-c": False, "--fork-session": False},
-    "codex": {"--last": False},  # with the "resume" subcommand and its session id, below
-    "opencode": {"--session": True, "-s": True, "--continue": False, "-c": False},
-}
 #: How each provider's resume line names the conversation, before the launch's arguments.
 _RESUME_WORDS = {"claude": ["--resume"], "codex": ["resume"], "opencode": ["--session"]}
-
-
-def without_selectors(provider: str, words: Sequence[str]) -> list[str]:
-    """The arguments of a launch line (program name excluded) without the ones choosing a
-    conversation, in their order: what a resume passes again."""
-    takes = _SELECTOR_VALUES[provider]
-    rest = list(words)
-    if provider == "codex" and rest[:1] == ["resume"]:
-        rest = rest[1:]
-        if rest and not rest[0].startswith("-"):
-            rest = rest[1:]  # the session id
-    kept: list[str] = []
-    index = 0
-    while index < len(rest):
-        word = rest[index]
-        index += 1
-        name = word.split("=", 1)[0]
-        if name not in takes:
-            kept.append(word)
-            continue
-        if "=" in word:
-            continue  # --resume=<id>: the value came with it
-        value = takes[name]
-        if value is True or (value is None and index < len(rest)
-                             and not rest[index].startswith("-")):
-            index += 1
-    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +88,7 @@ def resume_argv(record: dict[str, Any]) -> list[str]:
     if conversation:
         program = launched[0] if launched else provider
         return [program, *_RESUME_WORDS[provider], conversation,
-                *without_selectors(provider, launched[1:])]
+                *resume_arguments(provider, launched[1:])]
     advice = recovery_advice(shlex.join(launched)) if launched else None
     if advice is not None and advice["advice"] == "explicit_target" and advice["command"]:
         return shlex.split(str(advice["command"]))
