@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from tether.shared.paths import ensure_private_dir, write_private_file
+from tether.shared.storage import storage_unavailable
 
 DIRECTORY = "agent-env"
 
@@ -33,7 +34,10 @@ class LaunchEnvStore:
         if not env:
             return
         ensure_private_dir(self._dir, what="agent environment dir")
-        write_private_file(self._path(execution_id), json.dumps(env).encode())
+        try:
+            write_private_file(self._path(execution_id), json.dumps(env).encode())
+        except OSError as exc:  # a full disk: say so (the message names no value)
+            raise storage_unavailable(self._dir, exc) from None
 
     def load(self, execution_id: str) -> dict[str, str]:
         """The agent's variables; none when it was launched without (or was archived)."""
