@@ -58,6 +58,8 @@ class ErrorCode(StrEnum):
     EXECUTION_OBSERVATION_ISSUES = "execution_observation_issues"
     # Agents and prompts
     INPUT_NOT_READY = "input_not_ready"
+    # The program's input box already holds text (a draft): typing would merge into it.
+    INPUT_NOT_EMPTY = "input_not_empty"
     # Another input (prompt, text, keys, command) is being typed into the same runtime.
     TARGET_BUSY = "target_busy"
     PROMPT_ID_CONFLICT = "prompt_id_conflict"

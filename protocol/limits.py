@@ -135,6 +135,9 @@ CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_ARGV = 256
 #: A launch's whole argv, measured by :func:`argv_bytes`.
 MAX_ARGV_BYTES = 64 * 1024
+#: ``Agent.launch {env}``: how many variables, and their names' and values' bytes in all.
+MAX_ENV_VARS = 64
+MAX_ENV_BYTES = 32 * 1024
 MAX_LABELS = 64
 MAX_LABEL_VALUE = 1024
 MAX_TITLE = 200

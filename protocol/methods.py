@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -45,6 +46,8 @@ from tether.protocol.limits import (
     MAX_COLS,
     MAX_COMMAND_BYTES,
     MAX_CURSOR,
+    MAX_ENV_BYTES,
+    MAX_ENV_VARS,
     MAX_GENERATION,
     MAX_IDEMPOTENCY_KEY,
     MAX_KEYS,
@@ -161,6 +164,40 @@ Cursor = Annotated[str, AfterValidator(check_cursor), Field(max_length=MAX_CURSO
 ItemCursor = Annotated[str, Field(max_length=MAX_CURSOR)]
 #: A launch's program and arguments: at most MAX_ARGV of them, MAX_ARGV_BYTES in all.
 Argv = Annotated[list[CleanText], Field(max_length=MAX_ARGV), AfterValidator(check_argv_size)]
+
+#: A POSIX environment variable name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+#: Names Tether stamps on every process it starts (R24): a launch may not set them.
+TETHER_ENV_PREFIX = "TETHER_"
+
+
+def check_launch_env(env: dict[str, str]) -> dict[str, str]:
+    """``Agent.launch {env}``: POSIX names, none of Tether's own marks, at most
+    ``MAX_ENV_VARS`` variables and ``MAX_ENV_BYTES`` in all. No message repeats a value."""
+    if len(env) > MAX_ENV_VARS:
+        raise coded_error(ErrorCode.LIMIT_EXCEEDED,
+                          f"{len(env)} variables; the limit is {MAX_ENV_VARS}. Nothing was "
+                          "started.", limit=MAX_ENV_VARS, size=len(env))
+    for name, value in env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name[:64]!r} is not a POSIX variable name (letters, digits "
+                             "and _, not starting with a digit, at most 256); nothing was started")
+        if name.upper().startswith(TETHER_ENV_PREFIX):
+            raise ValueError(f"{name} is Tether's own: every process Tether starts gets its "
+                             "TETHER_* marks, which a launch cannot set; nothing was started")
+        if "\x00" in value:
+            raise ValueError(f"the value of {name} holds a NUL byte, which no environment "
+                             "can carry; nothing was started")
+    size = sum(len(name.encode()) + len(value.encode()) + 2 for name, value in env.items())
+    if size > MAX_ENV_BYTES:
+        raise coded_error(ErrorCode.LIMIT_EXCEEDED,
+                          f"{size} bytes in UTF-8 (each NAME=value plus its end); the limit is "
+                          f"{MAX_ENV_BYTES}. Nothing was started. Put large values in a file "
+                          "and pass its path.", limit=MAX_ENV_BYTES, size=size)
+    return env
+
+
+LaunchEnv = Annotated[dict[str, str], AfterValidator(check_launch_env)]
 
 ExecutionId = Annotated[str, Field(pattern=ID_PATTERN)]
 ThreadId = Annotated[str, Field(pattern=ID_PATTERN)]
@@ -297,6 +334,9 @@ class AgentPromptParams(Scoped):
     text: PromptText = Field(min_length=1)
     recognizer: RecognizerName = "auto"
     timeout_ms: int = Field(default=10_000, ge=0, le=MAX_PROMPT_WAIT_MS)
+    #: A draft in the input box is cleared with the program's own keys first (1.8); without
+    #: it such a prompt is refused (``input_not_empty``) with nothing typed.
+    replace_draft: bool = False
 
 
 class AgentReceiptParams(Scoped):
@@ -414,6 +454,9 @@ class AgentLaunchParams(Scoped):
     parent_execution_id: ExecutionId | None = None  # resolved by the front-end (R24)
     parent_workspace: CleanText | None = Field(default=None, max_length=4096)
     idempotency_key: IdempotencyKey
+    #: Variables for the agent's process and its resumes (1.8); kept privately, never in a
+    #: record, a log or a reply.
+    env: LaunchEnv = Field(default_factory=dict)
 
 
 class AgentTargetParams(AgentScoped):
@@ -566,6 +609,10 @@ def params_capability(method: str, params: Mapping[str, Any]) -> Capability | No
     ``params`` are the wire map, well-formed (validated, or about to be by the guardian)."""
     if method in ("exec.list", "agent.list"):
         return Capability.LIST_PAGES if params.get("before") is not None else None
+    if method == "agent.prompt":
+        return Capability.REPLACE_DRAFT if params.get("replace_draft") else None
+    if method == "agent.launch":
+        return Capability.LAUNCH_ENV if params.get("env") else None
     if method == "exec.read":
         needs = params.get("source") == "detection"
     elif method == "exec.observe":

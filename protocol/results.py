@@ -620,6 +620,8 @@ class AgentResult(Result):
     agent: AgentRecord
     input_sent: bool | None = None
     replayed: bool | None = None
+    #: launch: the names of the launch's own variables (their values are never replied).
+    env_names: list[str] | None = None
 
 
 class AgentGetResult(Result):

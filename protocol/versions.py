@@ -36,6 +36,12 @@ class Capability(StrEnum):
     #: ``before`` on exec.list and agent.list: the next, older page of a listing (an older
     #: guardian ignores the parameter and would answer with the newest page again).
     LIST_PAGES = "list_pages"
+    #: ``replace_draft`` on agent.prompt: a draft in the input box is cleared with the
+    #: program's own keys before typing (an older guardian ignores the flag and refuses).
+    REPLACE_DRAFT = "replace_draft"
+    #: ``env`` on agent.launch: variables for the agent's process and its resumes (an older
+    #: guardian ignores them and starts the agent without).
+    LAUNCH_ENV = "launch_env"
 
 
 class Version(NamedTuple):
@@ -68,6 +74,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     5: frozenset({Capability.AGENT_LIFECYCLE}),
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
+    8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV}),
 }
 
 

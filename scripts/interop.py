@@ -408,6 +408,25 @@ async def prompt_once(t: Tether, rec: Recorder, eid: str, log: Path, text: str, 
     report.check(reached == 1, f"{marker} reached the model {reached} times, expected once")
 
 
+async def prompt_after_cancel(t: Tether, rec: Recorder, eid: str, log: Path) -> None:
+    """Cancel, then prompt (``replace_draft``: a program may have put the cancelled prompt back
+    into its box): the model receives exactly the new text, as a line of its own."""
+    report = rec.report
+    text = "after the cancel TETHER-HELLO"
+    since = time.time()
+    prompt_id = f"after-cancel-{secrets.token_hex(3)}"
+    sent = await t.agent("prompt", target=eid, prompt_id=prompt_id, text=text, replace_draft=True,
+                         timeout_seconds=20)
+    receipt = (sent.get("data") or {}).get("receipt") or {}
+    if not report.check(bool(receipt.get("delivered")), f"prompt after cancel not delivered: {sent}"):
+        return
+    await t.agent("wait", target=eid, prompt_id=prompt_id, timeout_seconds=25)
+    seen = [str(e.get("user_text", "")) for e in model_requests(log, "TETHER-HELLO", since)]
+    report.receipts.append(f"cancel, then prompt: the model received {seen[-1:]!r}")
+    report.check(len(seen) == 1 and text in seen[0].splitlines() and "TETHER-SLOW" not in seen[0],
+                 f"after a cancel the model received {seen!r}, not exactly {text!r}")
+
+
 async def clear_draft(t: Tether, eid: str, draft: str) -> None:
     await t.keys(eid, *(["Backspace"] * len(draft)))
 
@@ -562,6 +581,7 @@ async def drafts_and_turns(t: Tether, env: Env, rec: Recorder, eid: str, project
     await checkpoint(t, rec, eid, "busy", busy, "busy", stable=False)
     await cancel(t, rec, eid)
     await checkpoint(t, rec, eid, "interrupted", interrupted, "awaiting_input")
+    await prompt_after_cancel(t, rec, eid, env.log)
 
 
 def codex_env(env: Env) -> dict[str, str]:

@@ -172,7 +172,10 @@ class Models:
         entry = {"t": time.time(), "path": path, "model": body.get("model"),
                  "markers": sorted(set(MARKER.findall(_last_user_text(items)))),
                  "tool_result": _last_is_tool_result(items), "decision": decision[0],
-                 "value": decision[1][:200], "tools": len(body.get("tools") or [])}
+                 "value": decision[1][:200], "tools": len(body.get("tools") or []),
+                 # The end of what the user typed last: the driver checks a prompt arrived
+                 # whole and alone (never merged into a draft).
+                 "user_text": _last_user_text(items)[-2000:]}
         if tether_tools:
             # The schemas exactly as the client handed them to the model: compared with
             # Tether's own by the driver, to see what a client rewrites.

@@ -31,15 +31,16 @@ class AgentTool(Tool):
     description = (
         "Run and observe coding agents (Claude Code, Codex, any interactive program) in their "
         "own terminals, and prompt them exactly once. Managed agents belong to the workspace: "
-        "launch {provider, argv?, title?, labels?, auto_archive?, notify_on_finish?}, list "
+        "launch {provider, argv?, env?, title?, labels?, auto_archive?, notify_on_finish?}, list "
         "{parent?, include_archived?, before?} (records in short, as Execution's list: the "
         f"command's first {LIST_COMMAND_CHARS} characters, no screen_text; next_before pages "
         "on, and a record may show on two pages), get, close, resume, archive (cascades to "
         "its children), "
         "unarchive, cancel (waits for the program to acknowledge), label {labels}, "
         "notifications {parent?, after?}. Also read {target, source, cursor}, explain, wait "
-        "{target, prompt_id? | events?} and prompt {target, prompt_id, text}: a prompt is typed "
-        "only when the agent waits for input; the same prompt_id never types twice. States: "
+        "{target, prompt_id? | events?} and prompt {target, prompt_id, text, replace_draft?}: a "
+        "prompt is typed only when the agent waits for input with an empty input box "
+        "(replace_draft clears a draft first); the same prompt_id never types twice. States: "
         "initializing, idle, running (attention: approval), error, closed."
     )
     args_model = AgentArgs
@@ -143,6 +144,8 @@ class AgentTool(Tool):
         text = need_arg(args.text, "text", args.action)
         params = {**scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
                   "recognizer": args.recognizer, "timeout_ms": timeout_ms}
+        if args.replace_draft:
+            params["replace_draft"] = True  # an older guardian is refused (replace_draft)
 
         async def check(fresh: bool) -> Guard:
             if not fresh:

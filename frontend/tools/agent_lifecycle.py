@@ -111,6 +111,8 @@ async def run_lifecycle(
             "parent_workspace": parent.workspace_root if parent else None,
             "idempotency_key": session.idempotency_key(),
         }
+        if args.env:
+            params["env"] = dict(args.env)  # an older guardian is refused (launch_env)
         data = await _guarded(session, root, scope, action, guard, "agent.launch", params,
                               AGENT_RPC_TIMEOUT_S)
         if parent is not None:

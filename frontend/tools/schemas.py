@@ -19,6 +19,8 @@ from tether.protocol.limits import (
     MAX_CANONICAL_LINE_BYTES,
     MAX_COLS,
     MAX_COMMAND_BYTES,
+    MAX_ENV_BYTES,
+    MAX_ENV_VARS,
     MAX_GENERATION,
     MAX_KEYS,
     MAX_LABELS,
@@ -47,6 +49,7 @@ from tether.protocol.methods import (
     InputText,
     ItemCursor,
     LabelValue,
+    LaunchEnv,
     ListBefore,
     PromptText,
     check_cursor,
@@ -297,6 +300,16 @@ class AgentArgs(ToolArgs):
         default=None, description="default: true when this server runs inside a Tether execution")
     rows: int | None = Field(default=None, ge=MIN_ROWS, le=MAX_ROWS)
     cols: int | None = Field(default=None, ge=MIN_COLS, le=MAX_COLS)
+    env: LaunchEnv | None = Field(
+        default=None, description=f"launch: variables for the agent and its resumes (POSIX "
+                                  f"names, not TETHER_*; at most {MAX_ENV_VARS}, "
+                                  f"{MAX_ENV_BYTES // 1024} KiB in all); kept privately, "
+                                  "never shown back")
+    # prompt
+    replace_draft: bool = Field(
+        default=False, description="prompt: when the input box already holds text, clear it "
+                                   "with the program's own keys first (else the prompt is "
+                                   "refused: input_not_empty, nothing typed)")
     # list / notifications
     parent: Id | None = Field(default=None, description="list/notifications: the parent execution")
     include_archived: bool = False

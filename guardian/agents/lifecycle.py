@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from tether.guardian.agents.launch_env import LaunchEnvStore
 from tether.guardian.agents.notifications import NoticeDesk
 from tether.guardian.agents.processes import AgentRuntimes, Stopping
 from tether.guardian.agents.providers import launch_plan, resume_argv
@@ -65,6 +66,7 @@ class AgentLifecycle:
         self.scope = runtime.scope
         self.instance_id = instance_id
         self.store = AgentStore(runtime.catalog)
+        self.envs = LaunchEnvStore(runtime.paths.state)  # launch {env}: private, 0600
         self._ledger = ledger
         self.runtimes = AgentRuntimes(runtime, on_recognized=self._recognized, on_exit=self._exited)
         self.notices = NoticeDesk(runtime, self.store, prompts)
@@ -156,7 +158,10 @@ class AgentLifecycle:
         )
         record = self.store.get(outcome["execution_id"])
         assert record is not None
-        return AgentResult.model_validate({"agent": self.view(record), "input_sent": True})
+        reply: dict[str, Any] = {"agent": self.view(record), "input_sent": True}
+        if params.env:
+            reply["env_names"] = sorted(params.env)  # the names only, never a value
+        return AgentResult.model_validate(reply)
 
     async def _launch(self, params: AgentLaunchParams) -> dict[str, Any]:
         plan = launch_plan(params.provider, params.argv, recognizer=params.recognizer,
@@ -200,6 +205,8 @@ class AgentLifecycle:
             "argv": plan.argv,
             "agent_recognizer": plan.recognizer,
         }
+        # Before the record: a launch whose variables cannot be kept starts nothing.
+        self.envs.save(execution_id, dict(params.env))
         self.apply(self.store.create(record))
         self._start(self.store.get(execution_id) or record, plan.argv, 1)
         return {"execution_id": execution_id, "input_sent": True}
@@ -210,7 +217,8 @@ class AgentLifecycle:
         background command that cannot start)."""
         execution_id = record["execution_id"]
         try:
-            live = self.runtimes.start(record, argv, generation)
+            live = self.runtimes.start(record, argv, generation,
+                                       extra_env=self.envs.load(execution_id))
         except OSError as exc:
             now = self.rt.clock.now_ms()
             self.apply(self.store.transition(

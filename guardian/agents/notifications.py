@@ -6,7 +6,8 @@ so they exist exactly once and survive restarts of front-end and guardian. Readi
 ``agent.notifications`` (with an optional wait: ``Agent.wait`` event ``notification``).
 When the parent is a managed agent of this guardian, each notice is also typed into its
 terminal as a prompt with ``prompt_id = "notify-<id>"`` through the prompt desk (R21/R22):
-only when the parent awaits input, once only — a repeat of that prompt id types nothing — and
+only when the parent awaits input with an empty input box (a draft there is never typed
+into: the notice waits), once only — a repeat of that prompt id types nothing — and
 pending until then.
 """
 
@@ -97,7 +98,8 @@ class NoticeDesk:
             try:
                 await self.prompts.prompt(None, params)
             except TetherError as err:
-                if err.code != ErrorCode.INPUT_NOT_READY:
+                # Busy, or a draft in its box (never typed into, R32): pending, no news.
+                if err.code not in (ErrorCode.INPUT_NOT_READY, ErrorCode.INPUT_NOT_EMPTY):
                     log.warning("notice %s for %s not delivered: %s", notice["id"], parent_id, err)
                 if err.data.get("input_sent") is False:
                     return  # still pending: delivered at the parent's next idle

@@ -11,7 +11,8 @@ also between turns, when nothing else is looking (R25).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +65,10 @@ class AgentRuntimes:
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self, record: dict[str, Any], argv: list[str], generation: int) -> LiveExecution:
-        """Spawn ``argv`` for ``record`` at ``generation``; raises OSError if it cannot start."""
+    def start(self, record: dict[str, Any], argv: list[str], generation: int, *,
+              extra_env: Mapping[str, str] | None = None) -> LiveExecution:
+        """Spawn ``argv`` for ``record`` at ``generation``, with the launch's own variables
+        (``extra_env``) over the guardian's; raises OSError if it cannot start."""
         execution_id = record["execution_id"]
         holder: list[LiveExecution] = []
         notifier = self._rt.notifier
@@ -77,9 +80,15 @@ class AgentRuntimes:
             notifier.notify_output()
 
         rows, cols = int(record["rows"]), int(record["cols"])
+        if extra_env and "PATH" in extra_env and "/" not in argv[0]:
+            # The launch's PATH chooses the program too (the PTY library would look on the
+            # guardian's own); nothing found there leaves the name as it is, to fail as usual.
+            found = shutil.which(argv[0], path=extra_env["PATH"])
+            argv = [found, *argv[1:]] if found else argv
         runtime = PtyRuntime(
             argv,
-            env=self._rt.threads.env_for(record["thread_id"], execution_id),
+            env={**self._rt.threads.env_for(record["thread_id"], execution_id),
+                 **(extra_env or {})},
             cwd=record["cwd"],
             rows=rows,
             cols=cols,

@@ -3,8 +3,11 @@
 ``command`` runs its ``argv`` (no shell) and reruns it on resume. ``claude``, ``codex`` and
 ``opencode`` know their command lines: Claude Code gets ``--session-id <uuid>`` (a fresh one
 Tether chooses) so the conversation can be resumed with ``claude --resume <uuid>``; Codex
-resumes with ``codex resume <uuid>``. When only the launch line names the conversation, the
-R14 recovery-advice parser reads it from there.
+resumes with ``codex resume <uuid>``. A resume keeps every other argument of the launch
+(``--model``, ``--mcp-config``, ``--permission-mode``, ...) and replaces only the words that
+choose the conversation; a prompt given on the launch line is not sent again
+(``resume_words``). When only the launch line names the conversation, the R14
+recovery-advice parser reads it from there.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from typing import Any
 
 from tether.guardian.agents.recognize import pick_recognizer
 from tether.guardian.runtime.recovery import recovery_advice
+from tether.guardian.agents.resume_words import resume_arguments
 from tether.protocol.errors import ErrorCode, TetherError
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 #: argv words that already choose Claude Code's conversation: Tether adds none then.
 _CLAUDE_SELECTORS = frozenset({"--session-id", "--resume", "-r", "--continue", "-c"})
+
+#: How each provider's resume line names the conversation, before the launch's arguments.
+_RESUME_WORDS = {"claude": ["--resume"], "codex": ["resume"], "opencode": ["--session"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +86,9 @@ def resume_argv(record: dict[str, Any]) -> list[str]:
         return launched
     conversation = record.get("conversation_id")
     if conversation:
-        if provider == "claude":
-            return ["claude", "--resume", conversation]
-        if provider == "codex":
-            return ["codex", "resume", conversation]
-        return ["opencode", "--session", conversation]
+        program = launched[0] if launched else provider
+        return [program, *_RESUME_WORDS[provider], conversation,
+                *resume_arguments(provider, launched[1:])]
     advice = recovery_advice(shlex.join(launched)) if launched else None
     if advice is not None and advice["advice"] == "explicit_target" and advice["command"]:
         return shlex.split(str(advice["command"]))

@@ -28,7 +28,8 @@ import contextlib
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.agents.recognize import ScreenView, UnknownRecognizerError, recognize
+from tether.guardian.agents.drafts import abbreviated, clear_draft, draft_on
+from tether.guardian.agents.recognize import Recognition, ScreenView, UnknownRecognizerError, recognize
 from tether.guardian.agents.turns import READY_STATES, recognize_record, refresh
 from tether.guardian.runtime.inputs import refuse_long_line
 from tether.protocol.envelope import Request
@@ -59,6 +60,15 @@ ENTER_QUIET_S = 0.15
 
 def _screen_digest(live: LiveExecution) -> str:
     return hashlib.sha256(live.screen.snapshot_now().text.encode()).hexdigest()[:16]
+
+
+def _restart_advice(record: dict[str, Any]) -> str:
+    """What starts a gone agent again: resume refuses an archived one (unarchive resumes it)."""
+    if record.get("kind") != "agent":
+        return ""
+    if record.get("archived_at") is not None:
+        return "; the agent is archived: Agent unarchive resumes it"
+    return "; Agent resume starts it again"
 
 
 class PromptDesk:
@@ -107,7 +117,7 @@ class PromptDesk:
                 f"execution {params.execution_id} is {record['status']}"
                 + (f" ({record['reason']})" if record.get("reason") else "")
                 + "; its runtime is gone and nothing was typed"
-                + ("; Agent resume starts it again" if record.get("kind") == "agent" else ""),
+                + _restart_advice(record),
                 {"input_sent": False, "status": record["status"]},
             )
         # One input lock per terminal, from the readiness check through the typing to Enter:
@@ -134,6 +144,8 @@ class PromptDesk:
                 )
             # A program reading whole lines would lose the tail of a longer one, silently.
             refuse_long_line(params.text, live.runtime.input_mode())
+            # Never type into a draft: the text would merge with it into one prompt.
+            decision = await self._empty_box(live, record, params, decision, claim)
             receipt: dict[str, Any] = {
                 "prompt_id": params.prompt_id,
                 "execution_id": params.execution_id,
@@ -196,6 +208,27 @@ class PromptDesk:
         if live is not None and live.generation == receipt["generation"] and receipt["delivered"] is True:
             await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return PromptResult.model_validate({"receipt": receipt, "replayed": True, "input_sent": False})
+
+    async def _empty_box(
+        self, live: LiveExecution, record: dict[str, Any], params: AgentPromptParams,
+        decision: Recognition, claim: object,
+    ) -> Recognition:
+        """The verdict on a screen whose input box holds no draft: as it is, or after clearing
+        the draft with the program's own keys when the caller asked (``replace_draft``).
+        Refuses (``input_not_empty``, nothing of the prompt typed) otherwise."""
+        draft = draft_on(live, decision.recognizer)
+        if draft is None:
+            return decision
+        if not params.replace_draft:
+            raise TetherError(
+                ErrorCode.INPUT_NOT_EMPTY,
+                f"the input box already holds text ({abbreviated(draft)}); typing would merge "
+                "the prompt into it, so nothing was typed. Pass replace_draft: true to clear it "
+                "with the program's own keys first, or clear it yourself and try again.",
+                {"input_sent": False, "draft": abbreviated(draft), "draft_cleared": False},
+            )
+        return await clear_draft(live, record, params.recognizer, decision, draft, claim,
+                                 self._notifier)
 
     def _looks_like_marker(self, text: str, recognizer: str) -> bool:
         """R22: text that itself reads as work or approval can never prove activity."""

@@ -56,6 +56,8 @@ class Tree:
         for moved in cascade.transitions:
             self.life.apply(moved)
         await self.life.runtimes.stop(cascade.archived, Stopping("closed", "archived"))
+        for archived in cascade.archived:
+            self.life.envs.remove(archived)  # launch variables live no longer than the agent
         record = self.store.get(execution_id)
         assert record is not None
         return {"agent": self.life.view(record), "archived": cascade.archived,

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 from typing import Any
 
+from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
@@ -98,6 +99,14 @@ def stale_generation(asked: int, current: int) -> TetherError:
     )
 
 
+def _reads(live: LiveExecution) -> list[Any] | None:
+    """``kernel.foreground_reads`` of the execution's terminal, JSON-safe (the baseline may be
+    kept with the request's outcome)."""
+    fd = live.runtime.fd
+    found = kernel.foreground_reads(fd) if fd is not None else None
+    return None if found is None else [found[0], list(found[1]), found[2]]
+
+
 class InputDesk:
     """``exec.input``: text or keys into an execution's terminal (or the main shell's)."""
 
@@ -140,6 +149,9 @@ class InputDesk:
         signals = live.runtime.signal_keys()
         if params.text is not None:
             refuse_long_line(params.text, mode)  # before any byte is typed
+        # What the programs in front had read before these bytes: the evidence observe needs
+        # to call them discarded (nobody read a byte since, and the queue is empty).
+        reads = _reads(live) if mode in _LINE_MODES else None
         await deliver(live, data, write_timeout_s)
         return {"execution_id": live.execution_id, "input_sent": True, "bytes": len(data),
                 "terminal_mode": mode, "reads_keys": mode == "raw" if mode else None,
@@ -147,7 +159,8 @@ class InputDesk:
                               "line_complete": data.endswith((b"\r", b"\n")),
                               # Ctrl-c and its kind: the terminal signals, nothing is queued.
                               "signals": bool(signals) and all(b in signals for b in data),
-                              "probe": _probe(params.text), "probe_count": _count(before, params.text)}}
+                              "probe": _probe(params.text), "probe_count": _count(before, params.text),
+                              "reads": reads}}
 
     async def observe(self, outcome: dict[str, Any]) -> dict[str, Any]:
         """What was seen after a delivery: did the screen change, did the text echo, and how
@@ -155,8 +168,12 @@ class InputDesk:
 
         ``delivery``: ``observed`` (the screen changed), ``unconfirmed`` (nothing changed yet),
         ``program_exited`` (it ended before the screen could be compared),
-        ``line_buffered`` (line mode, no Enter yet) or ``discarded_likely`` (typed in line
-        mode, and the program switched to raw mode since: input lost, never a silent success).
+        ``line_buffered`` (line mode, no Enter yet), ``unread`` (waiting in the terminal's
+        queue), ``discarded_likely`` (typed in line mode, the program switched to raw mode
+        since, nothing waits and nobody in front has read a byte since: flushed, never a silent
+        success) or ``unknown`` (typed in line mode, the program switched to raw mode and has
+        read since: a line editor such as readline keeps what waits, a full-screen program's
+        switch flushes it; which happened cannot be told, and sending again may run it twice).
         """
         baseline = outcome.get("_baseline") or {}
         result = {k: v for k, v in outcome.items() if k != "_baseline"}
@@ -178,13 +195,33 @@ class InputDesk:
         elif baseline.get("signals"):
             result["delivery"] = "signal"  # sent to the program in front; it may ignore it
         elif mode != "raw" and mode_after == "raw":
-            # Typed in line mode, then the program switched to raw mode: that switch
-            # (tcsetattr TCSAFLUSH, or tcflush) normally discards what was waiting.
-            result["delivery"] = "discarded_likely"
-            result["warning"] = (
-                f"the program had the terminal in {mode} mode when the input arrived and "
-                "switched to raw mode since; programs discard pending input when they do. "
-                "Look at the screen and send again if it did not react.")
+            # Typed in line mode, then the program switched to raw mode: a switch with
+            # TCSAFLUSH (or a tcflush) discards what was waiting, readline's (TCSADRAIN) keeps
+            # it for the program to read. Only "nobody has read anything since" tells them apart.
+            unread = live.runtime.unread_input()
+            reads = baseline.get("reads")
+            now = _reads(live)
+            if unread:
+                result["delivery"] = "unread"
+                result["warning"] = (
+                    f"the program switched the terminal to raw mode and has not read this input "
+                    f"yet ({unread} bytes wait in the terminal's input queue); it may read it "
+                    "later.")
+            elif reads is not None and now is not None and list(now) == list(reads):
+                result["delivery"] = "discarded_likely"
+                result["warning"] = (
+                    f"the program had the terminal in {mode} mode when the input arrived and "
+                    "switched to raw mode since; nothing waits in the terminal and nobody in "
+                    "front has read a byte since, so the switch discarded it. Look at the "
+                    "screen and send again if it did not react.")
+            else:
+                result["delivery"] = "unknown"
+                result["warning"] = (
+                    f"the program had the terminal in {mode} mode when the input arrived and "
+                    "switched to raw mode since, and it has read since: a line editor (readline) "
+                    "reads what waited, a full-screen program's switch discards it, and which "
+                    "happened here cannot be told. Look at its screen or output before sending "
+                    "again: sending again may run it twice.")
         elif mode != "raw" and (unread := live.runtime.unread_input()):
             # A whole line typed to a program that has not read it (sleep, a busy build):
             # it waits in the terminal's queue, and in the main shell the shell reads it as

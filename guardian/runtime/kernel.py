@@ -250,6 +250,29 @@ def session_members(session_id: int) -> list[int]:
     return [s.pid for s in _all_processes() if s.session == session_id and s.state != "Z"]
 
 
+def foreground_reads(master_fd: int) -> tuple[int, tuple[int, ...], int] | None:
+    """The terminal's foreground process group, its members, and the bytes they have read so
+    far in all (``rchar`` of ``/proc/<pid>/io``: every ``read``, the terminal's included), or
+    None when any of it cannot be read. Unchanged between two readings, nobody in front read
+    a byte — from the terminal or anywhere."""
+    try:
+        group = os.tcgetpgrp(master_fd)
+    except OSError:
+        return None
+    members = tuple(sorted(s.pid for s in _all_processes() if s.pgrp == group and s.state != "Z"))
+    total = 0
+    for pid in members:
+        try:
+            io = _read_proc(f"/proc/{pid}/io")
+        except OSError:
+            return None
+        line = next((row for row in io.splitlines() if row.startswith(b"rchar:")), None)
+        if line is None:
+            return None
+        total += int(line.split()[1])
+    return (group, members, total) if members else None
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (including those that left its session)."""
     children: dict[int, list[int]] = {}

@@ -29,6 +29,15 @@ ends), the way an agent runs a tool — which is how tests start a Tether front-
 agent's terminal. Escape sequences (arrows, focus events) are consumed and ignored; inside a
 bracketed paste (``ESC[200~ … ESC[201~``) newlines belong to the text (shown as ``⏎``, logged
 as ``\n``) instead of submitting it. Ctrl-D, SIGHUP and SIGTERM exit cleanly with the terminal restored.
+
+Drafts, as Claude Code has them: ``--draft TEXT`` starts with TEXT typed into the box (not
+sent), and with ``--restore-on-interrupt`` an interrupted turn puts its prompt back into the
+box, where whatever is typed next joins it. Backspace deletes the draft's last character
+(with ``--sticky-draft`` it does nothing: a box that cannot be cleared).
+
+``--start-log FILE`` appends, once at start, ``{"argv": [...], "env": {NAME: value}}``: the
+arguments it was started with and the variables named by ``--show-env NAME`` (repeatable;
+null when unset), so a test can see what a launch or a resume passed.
 """
 
 from __future__ import annotations
@@ -80,6 +89,8 @@ class Agent:
     paste_burst_seconds: float = 0.0  # an Enter this soon after a typed character is a newline
     last_char_at: float = float("-inf")
     tool: subprocess.Popen[bytes] | None = None  # the command a ``run:`` prompt started
+    restore_on_interrupt: bool = False  # an interrupted prompt goes back into the box
+    sticky_draft: bool = False  # Backspace does nothing
 
     # --- input -------------------------------------------------------------------------
 
@@ -96,6 +107,8 @@ class Agent:
                     self.mode = "idle"
                     self.presses = []
                     self.transcript.append("● Interrupted")
+                    if self.restore_on_interrupt:
+                        self.draft = self.pending + self.draft
             elif key == "\x03":
                 self.draft = ""
         elif key in ("\r", "\n") and now - self.last_char_at < self.paste_burst_seconds:
@@ -106,7 +119,7 @@ class Agent:
         elif key == PASTED_NEWLINE:
             self.draft += "\n"
         elif key in ("\x7f", "\x08"):
-            self.draft = self.draft[:-1]
+            self.draft = self.draft if self.sticky_draft else self.draft[:-1]
         elif key.isprintable():
             self.draft += key  # typed while busy: kept as the next draft, like real agents
             self.last_char_at = now
@@ -310,12 +323,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="Escapes it takes to interrupt a turn (OpenCode: 2)")
     parser.add_argument("--run-prompts", action="store_true",
                         help="a prompt 'run: CMD' runs CMD with sh -c as the turn's work")
+    parser.add_argument("--draft", default="", help="start with this text typed into the box")
+    parser.add_argument("--restore-on-interrupt", action="store_true",
+                        help="an interrupted prompt goes back into the box (Claude Code)")
+    parser.add_argument("--sticky-draft", action="store_true", help="Backspace does nothing")
+    parser.add_argument("--start-log", help="append the argv and --show-env variables here")
+    parser.add_argument("--show-env", action="append", default=[], help="a variable to log")
     args = parser.parse_args(argv)
+    if args.start_log:
+        started = {"argv": sys.argv[1:] if argv is None else argv,
+                   "env": {name: os.environ.get(name) for name in args.show_env}}
+        with open(args.start_log, "a", encoding="utf-8") as log:
+            log.write(json.dumps(started) + "\n")
 
     agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
                   paste_burst_seconds=args.paste_burst_ms / 1000,
                   ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts,
-                  interrupt_presses=args.interrupt_presses)
+                  interrupt_presses=args.interrupt_presses, draft=args.draft,
+                  restore_on_interrupt=args.restore_on_interrupt, sticky_draft=args.sticky_draft)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     resized: list[int] = []

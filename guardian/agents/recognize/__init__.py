@@ -9,6 +9,7 @@ Public surface::
 
     recognize(view, recognizer="auto", command=None) -> Recognition
     pick_recognizer(command) -> str          # what "auto" picks
+    find_draft(view, recognizer) -> str | None   # the input box's draft line, if any
     available_recognizers() -> tuple[str, ...]
 
 ``Recognition`` fields, as ``Execution.explain`` shows them:
@@ -37,10 +38,11 @@ from tether.guardian.agents.recognize.engine import (
     available_recognizers,
     default_rule_sets,
     evaluate,
+    find_draft,
     pick_recognizer,
     recognize,
 )
-from tether.guardian.agents.recognize.loader import RuleSet, load_rule_dir, parse_rule_file
+from tether.guardian.agents.recognize.loader import Draft, RuleSet, load_rule_dir, parse_rule_file
 from tether.guardian.agents.recognize.model import (
     ATTENTIONS,
     STATES,
@@ -56,6 +58,7 @@ __all__ = [
     "ATTENTIONS",
     "STATES",
     "Attention",
+    "Draft",
     "Recognition",
     "RuleFileError",
     "RuleSet",
@@ -65,6 +68,7 @@ __all__ = [
     "available_recognizers",
     "default_rule_sets",
     "evaluate",
+    "find_draft",
     "load_rule_dir",
     "parse_rule_file",
     "pick_recognizer",

@@ -125,6 +125,21 @@ def evaluate(rule_set: RuleSet, view: ScreenView, *, fallback_reason: str | None
     )
 
 
+def find_draft(view: ScreenView, recognizer: str, *,
+               rule_sets: Mapping[str, RuleSet] | None = None) -> str | None:
+    """The line showing a draft in the input box (per the rule file's ``[draft]``), else
+    ``None``. Meaningful on a screen that waits for input; a file without ``[draft]`` finds
+    none. Raises ``UnknownRecognizerError`` like :func:`recognize`."""
+    sets = default_rule_sets() if rule_sets is None else rule_sets
+    rule_set = sets.get(recognizer)
+    if rule_set is None:
+        raise UnknownRecognizerError(recognizer, tuple(sorted(sets)))
+    if rule_set.draft is None:
+        return None
+    evidence = _holds(rule_set.draft.test, _right_stripped(view), {})
+    return None if evidence is None else evidence.strip() or "(text)"
+
+
 def _right_stripped(view: ScreenView) -> ScreenView:
     """``view`` with rows right-stripped, as promised to rules: callers that pass raw emulator
     rows (padded with spaces) must not break every rule anchored with ``$``."""

@@ -10,6 +10,14 @@ A rule file is TOML, one per program, named ``<name>.toml``::
     interrupt_presses = 2                # optional, 1..3 (default 1): presses it takes, as
                                          # OpenCode's "esc again to interrupt" wants two
 
+    [draft]                              # required: how the input box shows typed text
+    description = "..."                  # optional
+    line_regex = '^❯ +[^ ]'                # a test, as a rule's (evidence: the draft's line)
+    region = "input_box"
+    clear_keys = ["Backspace"]           # ``send_keys`` names that clear the box, in order
+    clear_per_character = true           # optional (default false): the keys once per
+                                         # character of the draft shown, not once
+
     [[rule]]
     id = "busy_interrupt_hint"           # unique in the file
     state = "busy"                       # awaiting_input | busy | awaiting_approval | unknown
@@ -29,6 +37,11 @@ hold. A rule is a test plus ``id``, ``state``, ``priority``, ``description`` and
 ``awaiting_approval`` rule, ``attention``: what the program is asking about (``trust`` a folder,
 ``login`` / an API key, ``approval`` of an action, or a ``choice`` among options; default
 ``approval``). Other states take no ``attention``.
+
+The ``[draft]`` table says when a screen that waits for input already holds a draft (text
+typed but not sent, or put back by the program after an interrupt) — whatever is typed next
+would join it — and which of the program's own keys clear it. Its test must not take the
+program's placeholder text (shown in an empty box) for a draft.
 
 Everything is checked when the file is loaded — unknown keys, wrong types, regexes that do
 not compile, unknown states or regions — and reported as ``RuleFileError`` naming the file
@@ -58,7 +71,9 @@ LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
 NODE_KEYS = frozenset({"all", "any", "not", *LEAF_KINDS, "region", "ignore_case"})
 RULE_KEYS = NODE_KEYS | {"id", "state", "priority", "description", "attention"}
 FILE_KEYS = frozenset({"name", "description", "no_match_reason", "interrupt",
-                       "interrupt_presses", "rule"})
+                       "interrupt_presses", "draft", "rule"})
+DRAFT_KEYS = NODE_KEYS | {"description", "clear_keys", "clear_per_character"}
+MAX_CLEAR_KEYS = 8
 MAX_INTERRUPT_PRESSES = 3
 DEFAULT_INTERRUPT = "Ctrl-c"
 MAX_BOTTOM_ROWS = 1000
@@ -98,6 +113,16 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
+class Draft:
+    """How the input box shows a draft, and the program's own keys that clear it."""
+
+    test: Node
+    clear_keys: tuple[str, ...]
+    clear_per_character: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class RuleSet:
     """The rules of one program, sorted for evaluation (priority desc, then file order)."""
 
@@ -107,6 +132,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     interrupt: str = DEFAULT_INTERRUPT  # what ``Agent.cancel`` presses (SPEC §8)
     interrupt_presses: int = 1  # how many times, while the turn holds
+    draft: Draft | None = None  # every shipped file has one (a test checks)
 
 
 def default_rules_dir() -> Traversable:
@@ -164,6 +190,35 @@ def parse_rule_file(filename: str, data: bytes) -> RuleSet:
         rules=ordered,
         interrupt=_interrupt(filename, doc),
         interrupt_presses=_interrupt_presses(filename, doc),
+        draft=_draft(filename, doc.get("draft")),
+    )
+
+
+def _draft(filename: str, raw: object) -> Draft | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RuleFileError(filename, "[draft] must be a table")
+    _check_keys(filename, None, "draft", raw, DRAFT_KEYS)
+    keys = raw.get("clear_keys")
+    if not isinstance(keys, list) or not 1 <= len(keys) <= MAX_CLEAR_KEYS \
+            or not all(isinstance(key, str) for key in keys):
+        raise RuleFileError(filename, f"draft: clear_keys must be a list of 1 to "
+                                      f"{MAX_CLEAR_KEYS} key names, e.g. [\"Backspace\"]")
+    for key in keys:
+        try:
+            key_bytes(key)
+        except TetherError as exc:
+            raise RuleFileError(filename, f"draft: clear_keys: {exc.message}") from exc
+    per_character = raw.get("clear_per_character", False)
+    if not isinstance(per_character, bool):
+        raise RuleFileError(filename, "draft: clear_per_character must be true or false")
+    test_part = {key: value for key, value in raw.items() if key in NODE_KEYS}
+    return Draft(
+        test=_parse_node(filename, "draft", test_part, "draft"),
+        clear_keys=tuple(keys),
+        clear_per_character=per_character,
+        description=_string(filename, None, raw, "description") or "",
     )
 
 
