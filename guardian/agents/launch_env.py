@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from tether.shared.paths import ensure_private_dir, write_private_file
-from tether.shared.storage import storage_unavailable
+from tether.shared.store.store_errors import storage_unavailable
 
 DIRECTORY = "agent-env"
 

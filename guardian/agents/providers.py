@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.guardian.agents.recognize import pick_recognizer
-from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.agents.resume_words import resume_arguments
+from tether.guardian.runtime.recovery import recovery_advice
 from tether.protocol.errors import ErrorCode, TetherError
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
