@@ -9,14 +9,15 @@ import mcp_types as types
 from tether.frontend.guardians.health import unresponsive
 from tether.frontend.guardians.locator import GuardianHandle
 from tether.frontend.policy.authority import BASH
-from tether.frontend.policy.modes import read_thread_mode, set_thread_mode
+from tether.frontend.policy.modes import mode_of, read_thread_mode, set_thread_mode
 from tether.frontend.tools import replies
 from tether.frontend.tools.base import Progress, Session, Tool
 from tether.frontend.tools.outputs import INITIALIZE_OUTPUT
 from tether.frontend.tools.schemas import InitializeArgs
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.method_table import THREAD_OPEN, THREAD_RESET_SHELL
 from tether.protocol.methods import ModeSpec
-from tether.protocol.results import ResetShellResult, ThreadModeResult, ThreadOpenResult
+from tether.protocol.results import ThreadModeResult
 from tether.protocol.transport import REPLY_GRACE_S
 from tether.protocol.versions import Capability
 
@@ -54,24 +55,24 @@ class InitializeTool(Tool):
             if args.thread_id is None:
                 raise ValueError("reset_shell needs thread_id")
             session.caller.check_tool(BASH)  # replacing the shell ends what runs in it
-            reset: ResetShellResult = await locator.call(
-                root, "thread.reset_shell",
+            reset = await locator.call(
+                root, THREAD_RESET_SHELL,
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id, "idempotency_key": session.idempotency_key()},
                 timeout_s=THREAD_OPEN_TIMEOUT_S,
             )
-            thread = reset.wire()
+            thread = replies.as_data(reset)
             handle = await locator.handle(root)
         else:
             if args.type == "change_mode" and args.thread_id is None:
                 raise ValueError("change_mode needs thread_id (from a first_call)")
-            opened: ThreadOpenResult = await locator.call(
-                root, "thread.open",
+            opened = await locator.call(
+                root, THREAD_OPEN,
                 {"principal": session.principal, "workspace_root": root,
                  "thread_id": args.thread_id},
                 timeout_s=THREAD_OPEN_TIMEOUT_S,
             )
-            thread = opened.wire()
+            thread = replies.as_data(opened)
             handle = await locator.handle(root)
         data: dict[str, Any] = {
             "thread_id": thread.get("thread_id", args.thread_id),
@@ -139,14 +140,14 @@ async def _mode(session: Session, root: str, thread_id: str | None,
     scope = {"principal": session.principal, "workspace_root": root, "thread_id": thread_id}
     if requested is not None:
         reply = await set_thread_mode(session, root, scope, requested)
-        return ModeSpec.model_validate(reply.mode.wire()), reply
+        return mode_of(reply), reply
     if handle is None:
         stored = thread.get("mode")
         return (ModeSpec.model_validate(stored) if stored else ModeSpec()), None
     if str(Capability.THREAD_MODES) not in handle.capabilities:
         return ModeSpec(), None  # an older guardian's threads are all wcgw
     reply = await read_thread_mode(session, root, scope)
-    return ModeSpec.model_validate(reply.mode.wire()), reply
+    return mode_of(reply), reply
 
 
 def _sandbox(root: str, handle: GuardianHandle | None,
@@ -173,8 +174,8 @@ async def _status(session: Session, root: str, thread_id: str | None,
         return {}
     if handle is not None:
         try:
-            status: ThreadOpenResult = await handle.call(
-                "thread.open", {"principal": session.principal, "workspace_root": root,
+            status = await handle.call(
+                THREAD_OPEN, {"principal": session.principal, "workspace_root": root,
                                 "thread_id": thread_id, "read_only": True},
                 timeout_s=STATUS_TIMEOUT_S)
         except TetherError as err:
@@ -183,7 +184,7 @@ async def _status(session: Session, root: str, thread_id: str | None,
                 raise unresponsive(handle.paths, handle.info, root,
                                    waited_s=STATUS_TIMEOUT_S + REPLY_GRACE_S) from None
             raise
-        return status.wire()
+        return replies.as_data(status)
     row = session.locator.known_thread(root, thread_id)
     if row is None:
         raise TetherError(
