@@ -76,7 +76,7 @@ class AgentTool(Tool):
         return await _ACTIONS[args.action](_Call(session, args, root, scope, first_guard))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Call:
     """What every action of one Agent call works with (``guard``: what authorising it gave)."""
 

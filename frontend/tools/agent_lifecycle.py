@@ -86,7 +86,7 @@ async def _guarded(
     return await send_checked(session, root, scope, check, send)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Life:
     """What every lifecycle action of one Agent call works with (``guard``: what
     authorising it gave; ``handle``: the guardian, known to have ``agent_lifecycle``)."""

@@ -71,7 +71,7 @@ class BashCommandTool(Tool):
         return await _ACTIONS[type(action)](call, action)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Call:
     """What every action of one BashCommand call works with."""
 

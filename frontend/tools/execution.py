@@ -61,7 +61,7 @@ class ExecutionTool(Tool):
         return await _ACTIONS[type(action)](_Call(session, root, scope, args.thread_id), action)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Call:
     """What every action of one Execution call works with."""
 
