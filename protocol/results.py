@@ -260,6 +260,10 @@ class HelloResult(Result):
     identity: ProcessIdentityInfo | None = None
     workspace_root: str | None = None
     principal: str | None = None
+    #: What this guardian reconciled when it started, before answering anything: the records
+    #: (and receipts) its predecessor left unfinished, now ``unknown`` (``guardian_lost``),
+    #: with the processes that outlived it. Sent only when there were any.
+    lost_records: list[dict[str, Any]] | None = None
 
 
 class ShutdownResult(Result):
@@ -450,7 +454,7 @@ class ReceiptBaseline(Result):
 
 #: ``Receipt.reason`` while a guardian is typing the prompt (stored before the first byte).
 DELIVERY_IN_PROGRESS = "delivery_in_progress"
-#: ``Receipt.reason`` once the guardian that was typing it is gone (``shared/reconcile``).
+#: ``Receipt.reason`` once the guardian that was typing it is gone (``guardian/history/reconcile``).
 DELIVERY_GUARDIAN_LOST = "guardian_lost"
 
 

@@ -670,7 +670,9 @@ def run_client(report: Report, argv: list[str], cwd: Path, extra_env: dict[str, 
         done = subprocess.run(argv, cwd=cwd, env={**os.environ, **extra_env}, capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
-        report.check(False, f"{argv[0]} as client timed out after {timeout}s: {exc.stdout}")
+        # Captured output comes as bytes here whatever ``text`` says.
+        said = (exc.stdout or b"").decode(errors="replace")
+        report.check(False, f"{argv[0]} as client timed out after {timeout}s: {said}")
         return ""
     output = done.stdout + done.stderr
     report.client.append(f"{Path(argv[0]).name} exit {done.returncode} in "
@@ -683,14 +685,15 @@ def client_verdict(report: Report, output: str, log: Path, since: float) -> None
     report.check(ok, f"client run did not report MCP-OK: {output[-600:]}")
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     entries = [e for e in entries if e["t"] >= since]
-    listed = set()
+    listed: set[str] = set()
     calls = [e["value"] for e in entries if e["decision"] == "tool"]
     for entry in entries:
         listed |= set(entry.get("tether_tools") or {})
     report.client.append(f"tools the model saw from Tether: {', '.join(sorted(listed)) or 'none'}")
     report.client.append(f"calls made: {', '.join(calls) or 'none'}; result: "
                          + ("MCP-OK (BashCommand output came back)" if ok else "FAIL"))
-    schemas = next((e["tether_tools"] for e in reversed(entries) if e.get("tether_tools")), {})
+    schemas: dict[str, Any] = next(
+        (e["tether_tools"] for e in reversed(entries) if e.get("tether_tools")), {})
     report.client.append("schemas: " + compare_schemas(schemas))
 
 

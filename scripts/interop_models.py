@@ -314,8 +314,9 @@ def make_handler(models: Models) -> type[BaseHTTPRequestHandler]:
                           {n: v for n, v in schemas.items() if "tether" in n})
             resp_id = f"resp_{models.count:06d}"
             self._sse_start()
-            base = {"id": resp_id, "object": "response", "created_at": int(time.time()),
-                    "status": "in_progress", "model": body.get("model"), "output": []}
+            base: dict[str, Any] = {
+                "id": resp_id, "object": "response", "created_at": int(time.time()),
+                "status": "in_progress", "model": body.get("model"), "output": []}
             self._event("response.created", {"type": "response.created", "response": base})
             kind, value, call_args = decision
             if kind == "tool":

@@ -7,8 +7,8 @@
 
 ``archived_at`` is separate from the state. These rules decide, for one transition, whether a
 new turn starts, which notification (if any) the parent gets, and whether ``auto_archive``
-fires. They live in ``shared`` because a front-end that finds a guardian dead reconciles its
-agents too (R12), with the same rules.
+fires. They live in ``shared`` because the store's agents family (``shared/store/agents``)
+persists them, and tools beside the guardian (``scripts/interop``) read recognitions so.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ async def launch(client: Client, session: dict[str, Any], log: Path, *extra: str
 
 
 async def get(client: Client, session: dict[str, Any], execution_id: str) -> dict[str, Any]:
-    return (await agent(client, session, {"action": "get", "target": execution_id}))["data"]
+    data: dict[str, Any] = (await agent(client, session, {"action": "get", "target": execution_id}))["data"]
+    return data
 
 
 async def wait_state(client: Client, session: dict[str, Any], execution_id: str, state: str,

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import psutil
@@ -52,8 +52,8 @@ def missing_fixtures() -> list[Path]:
             for suffix in (".ansi", ".txt") if not (AGENT_SCREENS / f"{name}{suffix}").is_file()]
 
 
-def poll(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02,
-         what: str = "condition") -> T:
+def poll(check: Callable[[], T | Literal[False] | None], timeout: float = 10.0,
+         interval: float = 0.02, what: str = "condition") -> T:
     """Return ``check()`` once it is truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import httpx2
 import psutil
@@ -26,7 +27,7 @@ from tether.shared.config import Config
 async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     """Call a tool that must succeed; returns the structured content."""
     result = await client.call_tool(tool, args)
-    content = result.structured_content
+    content: dict[str, Any] | None = result.structured_content
     assert content is not None, result
     assert not result.is_error and content["ok"], content
     return content
@@ -35,7 +36,7 @@ async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any
 async def call_error(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     """Call a tool that must fail; returns the structured content (with ``code``)."""
     result = await client.call_tool(tool, args)
-    content = result.structured_content
+    content: dict[str, Any] | None = result.structured_content
     assert content is not None, result
     assert result.is_error and not content["ok"], content
     return content
@@ -61,7 +62,8 @@ async def initialize(client: Client, workspace: Path, thread_id: str | None = No
     args: dict[str, Any] = {"type": "first_call", "workspace_root": str(workspace)}
     if thread_id:
         args["thread_id"] = thread_id
-    return (await call(client, "Initialize", args))["data"]
+    data: dict[str, Any] = (await call(client, "Initialize", args))["data"]
+    return data
 
 
 async def bash(client: Client, session: dict[str, Any], action: dict[str, Any],
@@ -70,7 +72,8 @@ async def bash(client: Client, session: dict[str, Any], action: dict[str, Any],
                             "workspace_root": session["workspace_root"], "action_json": action}
     if wait is not None:
         args["wait_for_seconds"] = wait
-    return (await call(client, "BashCommand", args))["data"]
+    data: dict[str, Any] = (await call(client, "BashCommand", args))["data"]
+    return data
 
 
 async def run(client: Client, session: dict[str, Any], command: str,
@@ -221,7 +224,7 @@ def serve_on_pipes(
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json_line(INITIALIZE) + json_line(INITIALIZED))
     proc.stdin.flush()
-    replies = Lines(proc.stdout.read1)
+    replies = Lines(cast(io.BufferedReader, proc.stdout).read1)  # typed IO[bytes], buffered
     assert "result" in replies.next()
     return proc, proc.stdin, proc.stdout, replies
 

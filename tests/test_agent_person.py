@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
@@ -120,7 +121,7 @@ async def test_older_guardian_refuses_every_lifecycle_action(
         session = await initialize(client, workspace)
         target = (await bash(client, session, {"type": "command", "is_background": True,
                                                "command": "sleep 30"}))["execution_id"]
-        attempts = {
+        attempts: dict[str, dict[str, Any]] = {
             "launch": {"argv": fake_argv(log)}, "close": {}, "resume": {}, "archive": {},
             "unarchive": {}, "cancel": {}, "label": {"labels": {"a": "b"}},
             "notifications": {"parent": target},

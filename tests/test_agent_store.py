@@ -12,8 +12,9 @@ import pytest
 from tether.guardian.agents.providers import launch_plan, resume_argv
 from tether.protocol.errors import TetherError
 from tether.shared.agent_states import step
-from tether.shared.agent_store import AgentStore
-from tether.shared.catalog import _SCHEMA, Catalog
+from tether.shared.store.agent_table import AgentStore
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.schema import SCHEMA
 
 UUID = "0b6f2a54-6a0e-4a4b-9a55-3f5f1b6c2d10"
 
@@ -47,7 +48,7 @@ def test_one_notification_per_event_in_the_same_transaction(store: AgentStore) -
     store.create(agent_record("ag_p"))
     store.create(agent_record("ag_c", parent="ag_p"))
     for state in ("idle", "running", "running", "idle"):
-        store.transition("ag_c", state, reason="recognized")  # type: ignore[arg-type]
+        store.transition("ag_c", state, reason="recognized")
     store.transition("ag_c", "running", reason="recognized", attention="approval")
     notes = store.notifications("ag_p")
     assert [(n["kind"], n["turn_seq"]) for n in notes] == [("finished", 1), ("approval", 2)]
@@ -81,7 +82,7 @@ def test_cascade_detaches_open_and_foreign_children(store: AgentStore) -> None:
 def test_schema_1_catalog_is_migrated_in_place(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path)
-    db.executescript(_SCHEMA)
+    db.executescript(SCHEMA)
     db.executescript("DROP TABLE agent_events; DROP TABLE notifications;")
     db.execute("INSERT INTO meta VALUES ('schema', 1), ('change_seq', 7)")
     db.execute("INSERT INTO executions (execution_id, principal, workspace_root, thread_id, kind,"
@@ -104,7 +105,7 @@ def test_a_catalog_with_the_old_indexes_gets_the_lean_ones(tmp_path: Path) -> No
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path)
     db.executescript(
-        _SCHEMA.replace("seq INTEGER PRIMARY KEY,", "seq INTEGER PRIMARY KEY AUTOINCREMENT,", 1)
+        SCHEMA.replace("seq INTEGER PRIMARY KEY,", "seq INTEGER PRIMARY KEY AUTOINCREMENT,", 1)
         .replace(") WITHOUT ROWID;", ");")
         + "CREATE INDEX executions_change ON executions (change_seq);")
     db.close()

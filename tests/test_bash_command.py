@@ -144,8 +144,8 @@ async def _reports_progress(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     ticks: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        ticks.append((done, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        ticks.append((progress, total, message))
 
     result = await client.call_tool("BashCommand", {
         "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],

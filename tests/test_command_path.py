@@ -16,23 +16,24 @@ from hypothesis import strategies as st
 
 from tests.helpers import guardian_thread, poll
 from tether.frontend.guardians.locator import GuardianHandle
-from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention, RetentionLimits
-from tether.guardian.rpc.idempotency import IdempotencyLedger
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.pty import ExitStatus
+from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import EXEC_GET, EXEC_LIST, EXEC_START
 from tether.protocol.methods import ExecStartParams
 from tether.protocol.results import ExecResult, ExecutionRecord
-from tether.shared import catalog as catalog_module
-from tether.shared.catalog import Catalog
 from tether.shared.config import Config
 from tether.shared.paths import GuardianPaths, guardian_paths
 from tether.shared.segments import segment_path
+from tether.shared.store import checkpointer as checkpointer_module
+from tether.shared.store import core as core_module
+from tether.shared.store.catalog import Catalog
 
 pytestmark = pytest.mark.anyio
 
@@ -187,7 +188,7 @@ async def test_an_outcome_with_no_commit_to_ride_is_written_shortly(tmp_path: Pa
 @pytest.mark.parametrize("returning", [True, False], ids=["returning", "sqlite-before-3.35"])
 def test_records_returned_by_writes_are_the_records_read_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, returning: bool) -> None:
-    monkeypatch.setattr(catalog_module, "_RETURNING", returning)
+    monkeypatch.setattr(core_module, "RETURNING", returning)
     catalog = Catalog(tmp_path / "c.sqlite3")
     inserted = catalog.insert_execution(_record("ex_1"))
     assert inserted == catalog.get_execution("ex_1")
@@ -519,7 +520,7 @@ def test_checkpoints_move_to_a_thread_once_the_catalog_is_written(tmp_path: Path
         return [t for t in threading.enumerate() if t.name == "catalog-checkpoint"]
 
     before = len(checkpointers())  # other tests' catalogs may be open in this process
-    for i in range(catalog_module.CHECKPOINT_COMMITS - 1):
+    for i in range(checkpointer_module.CHECKPOINT_COMMITS - 1):
         with catalog.transaction():
             catalog.insert_execution(_record(f"ex_{i}"))
     assert len(checkpointers()) == before  # an idle guardian keeps no thread
@@ -528,9 +529,9 @@ def test_checkpoints_move_to_a_thread_once_the_catalog_is_written(tmp_path: Path
         catalog.insert_execution(_record("ex_last"))
     assert len(checkpointers()) == before + 1
     valve = catalog.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
-    assert valve == catalog_module.CHECKPOINT_VALVE_PAGES
+    assert valve == checkpointer_module.CHECKPOINT_VALVE_PAGES
     # The thread copies the log into the database file (commits no longer do).
     assert poll(lambda: path.stat().st_size > db_size or None, timeout=10)
-    assert len(catalog.list_executions("th", 100)) == catalog_module.CHECKPOINT_COMMITS
+    assert len(catalog.list_executions("th", 100)) == checkpointer_module.CHECKPOINT_COMMITS
     catalog.close()
     assert len(checkpointers()) == before

@@ -326,7 +326,7 @@ async def test_a_guardian_honours_exactly_the_version_it_speaks_for_detection(
     front-end may ask): it does not hand out what its version does not advertise."""
     info = start_guardian(workspace, tether_env, "1.1")
     scope = {"principal": "local", "workspace_root": str(workspace), "thread_id": "th_x"}
-    requests = [
+    requests: list[tuple[str, dict[str, Any]]] = [
         ("exec.read", {**scope, "execution_id": "ex_x", "source": "detection"}),
         ("exec.observe", {**scope, "items": [
             {"execution_id": "ex_x"}, {"execution_id": "ex_x", "source": "detection"}]}),

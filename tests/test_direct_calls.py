@@ -17,9 +17,9 @@ import pytest
 
 from tests.helpers import poll, tether_processes
 from tests.mcp_helpers import INITIALIZE, INITIALIZED, Lines, json_line, serve_on_pipes, stop_serve
-from tether.frontend.tools.usage import UsageLog
 from tether.frontend.transport import direct, stdio
 from tether.frontend.transport.mcp_server import build_server
+from tether.frontend.usage import UsageLog
 from tether.shared.config import Config
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

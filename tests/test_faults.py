@@ -195,6 +195,7 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
                  "idempotency_key": "type-once", "wait_ms": 500}
         first = await handle.call(EXEC_INPUT, typed, timeout_s=10)
         again = await handle.call(EXEC_INPUT, typed, timeout_s=10)
+        assert again.input is not None and first.input is not None
         assert again.input.replayed is True and "replayed" not in first.input.wire()
         listed = await handle.call(EXEC_LIST, {**scope, "limit": 10}, timeout_s=10)
         assert [r.execution_id for r in listed.executions] == [eid]
@@ -417,8 +418,8 @@ def test_a_shell_still_dying_does_not_hide_what_it_left_running() -> None:
     """Reconciliation scans /proc right after the guardian died: the main shell may still be
     dying of its hangup. It is the record's runtime (reported as ``orphan``); the ``nohup``
     loop beneath it is reported too, not hidden as the child of a marked process."""
+    from tether.guardian.history.reconcile import EXECUTION_MARK, THREAD_MARK, _marked
     from tether.shared.identity import Marked
-    from tether.shared.reconcile import EXECUTION_MARK, THREAD_MARK, _marked
 
     shell, loop, sleep = 100, 200, 300
     marks = {

@@ -54,7 +54,8 @@ def _hostile(info: dict[str, Any], workspace: Path, rng: random.Random) -> bytes
             nested = [nested]
         return codec.encode({**valid, "params": {"deep": nested}})  # deeply nested
     if kind == 6:
-        return msgpack.packb({1: 2, b"k": "v"}, use_bin_type=True)  # int/bin map keys
+        packed: bytes = msgpack.packb({1: 2, b"k": "v"}, use_bin_type=True)  # int/bin map keys
+        return packed
     if kind == 7:
         return b"\xdd\xff\xff\xff\xf0"  # claims a 4-billion-item array
     return codec.encode({**valid, "params": {**valid["params"], "unknown_key": rng.random()}})

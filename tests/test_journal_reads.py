@@ -10,10 +10,10 @@ from typing import Any
 from tests.helpers import listings
 from tether.guardian.history.journal import Journal
 from tether.guardian.runtime.assembly import Runtime
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
 from tether.shared.segments import segment_path
+from tether.shared.store.catalog import Catalog
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -31,7 +31,8 @@ async def change_mode(client: Client, session: dict[str, Any], mode: str,
                             "thread_id": session["thread_id"], "mode": mode}
     if code_writer is not None:
         args["code_writer"] = code_writer
-    return (await call(client, "Initialize", args))["data"]
+    data: dict[str, Any] = (await call(client, "Initialize", args))["data"]
+    return data
 
 
 async def refused(client: Client, session: dict[str, Any], action: dict[str, Any]) -> dict[str, Any]:

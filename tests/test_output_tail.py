@@ -4,6 +4,7 @@ start misses nothing (guardian/history/records.output_tail)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from tether.guardian.history.records import RESULT_TAIL_BYTES, RESULT_TAIL_CHARS
 from tether.guardian.terminal.render import render_output
 
 
-def _tail_of(tmp_path: Path, data: bytes) -> dict[str, object]:
+def _tail_of(tmp_path: Path, data: bytes) -> dict[str, Any]:
     journal = Journal(tmp_path, "ex_tail", new=True)
     journal.append(data)
     return output_tail(journal)

@@ -215,8 +215,11 @@ async def test_reading_at_the_live_end_never_splits_a_character_or_a_sequence(
         if stage:
             (tmp_path / str(stage)).touch()
         written += len(_STAGES[stage].replace(b"\n", b"\r\n"))  # the terminal writes CR LF
-        await _until(stdio_client, session, execution_id, "its output",
-                     lambda r, n=written: r["output_end"] >= n)
+
+        def reached(r: dict[str, Any], n: int = written) -> bool:
+            return bool(r["output_end"] >= n)
+
+        await _until(stdio_client, session, execution_id, "its output", reached)
         page = await _read(stdio_client, session, execution_id, cursor)
         texts.append(page["text"])
         cursor = page["next_cursor"]

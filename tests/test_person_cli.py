@@ -35,9 +35,9 @@ from tests.person_terminal import TETHER, PersonTerminal
 from tether.frontend.guardians.locator import HELLO_TIMEOUT_S, read_info, spawn_guardian
 from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.limits import RPC_SLACK_S
-from tether.shared.catalog import peek_execution
 from tether.shared.config import Config
 from tether.shared.paths import guardian_key, guardian_paths
+from tether.shared.store.view import peek_execution
 
 pytestmark = pytest.mark.anyio
 
@@ -230,7 +230,8 @@ async def test_guardians_stop_says_what_it_found_and_clears_a_dead_guardians_rec
     assert stopped.returncode == 0, stopped.stderr
     assert f"no guardian is running for {workspace}: pid {guardian.pid}" in stopped.stdout
     assert "removed its stale record" in stopped.stdout
-    assert "1 of its executions it left running are now unknown" in stopped.stdout
+    assert ("1 of its executions it left running become unknown (guardian_lost) when the next "
+            "guardian starts") in stopped.stdout
     assert not paths.info.exists()
     assert str(workspace) not in tether("guardians", "list").stdout
     again = tether("guardians", "stop", "--workspace", str(workspace))

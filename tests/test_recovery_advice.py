@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.runtime.recovery import recovery_advice
 
 U = "123e4567-e89b-12d3-a456-426614174000"
 

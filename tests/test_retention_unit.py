@@ -8,9 +8,9 @@ from pathlib import Path
 from tests.helpers import apoll, listings
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.retention import PRUNE_DELAY_S, Retention, RetentionLimits
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.store.catalog import Catalog
 
 
 class FakeClock(Clock):

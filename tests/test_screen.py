@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -515,7 +517,7 @@ def _rendered_afresh(screen: HardenedScreen) -> list[str]:
     """Every row rendered from its cells, with no cache: what row_texts must equal."""
     lines = []
     for y in range(screen.lines):
-        row = screen.buffer.get(y, {})
+        row: Mapping[int, Any] = screen.buffer.get(y, {})
         cells = [" "] * screen.columns
         for x, char in row.items():
             if x < screen.columns:

@@ -28,8 +28,9 @@ def test_every_method_has_a_result_model() -> None:
 
 
 def test_results_of_an_older_guardian_parse_and_newer_fields_pass_through() -> None:
-    older = {"execution": {"execution_id": "ex_1", "status": "exited", "exit_code": 0},
-             "output": {"text": "hi", "start": 0, "end": 3, "truncated": False}, "cwd": "/w"}
+    older: dict[str, Any] = {
+        "execution": {"execution_id": "ex_1", "status": "exited", "exit_code": 0},
+        "output": {"text": "hi", "start": 0, "end": 3, "truncated": False}, "cwd": "/w"}
     parsed = EXEC_START.read(older)
     assert isinstance(parsed, ExecResult) and parsed.input is None
     # Nothing added on the way through: neither by the model nor by what it sends on.
@@ -41,18 +42,20 @@ def test_results_of_an_older_guardian_parse_and_newer_fields_pass_through() -> N
 
 
 def test_a_reply_the_guardian_built_goes_out_as_it_was_built() -> None:
-    wire = {"items": [{"errors": [], "status": "ok", "execution": {"execution_id": "ex_1"},
-                       "page": {"text": "hi", "start": 0, "end": 2, "has_more": False,
-                                "next_cursor": "c"}}],
-            "catalog_cursor": 7, "completed_with_issues": True, "hint": "new"}
+    wire: dict[str, Any] = {
+        "items": [{"errors": [], "status": "ok", "execution": {"execution_id": "ex_1"},
+                   "page": {"text": "hi", "start": 0, "end": 2, "has_more": False,
+                            "next_cursor": "c"}}],
+        "catalog_cursor": 7, "completed_with_issues": True, "hint": "new"}
     built = ObserveResult.built(wire)
     assert built.wire() is wire  # sent as it is: no copy, nothing added or dropped
     assert (built.catalog_cursor, built.completed_with_issues) == (7, True)
     assert built.model_extra == {"hint": "new"}
     # Unchecked on the guardian's side; the front-end's read of it checks it.
     read = EXEC_OBSERVE.read(wire)
-    assert isinstance(read, ObserveResult) and read.items[0]["page"]["text"] == "hi"
-    item = wire["items"][0]  # type: ignore[index]
+    assert isinstance(read, ObserveResult)
+    assert (page := read.items[0]["page"]) is not None and page["text"] == "hi"
+    item = wire["items"][0]
     bad_page = {**item, "page": {**item["page"], "start": "zero"}}
     for wrong in ([{"status": "ok"}], [bad_page], [{**item, "errors": [{"code": "x"}]}]):
         with pytest.raises(TetherError) as caught:

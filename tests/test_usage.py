@@ -34,14 +34,14 @@ from tests.mcp_helpers import (
 )
 from tests.test_agent import _start_fake
 from tether.frontend.person.report import build_report
-from tether.frontend.tools.usage import (
+from tether.frontend.transport.mcp_server import build_server
+from tether.frontend.usage import (
     MAX_PHASE_PAIRS,
     CallRecorder,
     UsageFile,
     UsageLog,
     outcome_fields,
 )
-from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.limits import MAX_COMMAND_BYTES
 from tether.shared.config import Config
 
@@ -72,7 +72,8 @@ async def _serve(log: Path, stderr: Path, **env: str) -> AsyncIterator[Client]:
 def _group(report: dict[str, Any], tool: str, action: str) -> dict[str, Any]:
     found = [g for g in report["workflows"] if (g["tool"], g["action"]) == (tool, action)]
     assert len(found) == 1, (tool, action, report["workflows"])
-    return found[0]
+    group: dict[str, Any] = found[0]
+    return group
 
 
 @pytest.mark.anyio
@@ -306,12 +307,12 @@ async def test_a_failure_inside_the_log_is_said_once_and_never_fails_the_call(
     async def run() -> types.CallToolResult:
         return odd
 
-    with caplog.at_level(logging.WARNING, logger="tether.frontend.tools.usage"):
+    with caplog.at_level(logging.WARNING, logger="tether.frontend.usage"):
         for _ in range(2):
             assert await usage.around("Execution", {"action": {"type": "list"}}, run) is odd
     assert usage.sink is not None
     usage.sink.close()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tether.frontend.tools.usage"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tether.frontend.usage"]
     assert len(warnings) == 1 and "outcome_fields failed" in warnings[0], warnings
     calls = [e for e in _events(tmp_path / "usage.jsonl") if e["event"] == "tool_call"]
     assert [(e["action"], e["outcome"]) for e in calls] == [("list", "unknown")] * 2

@@ -2,8 +2,10 @@
 
 The front-end keeps nothing on disk of its own. For a workspace it reads ``guardian.json``,
 checks the process identity (pid + create time + boot id), and handshakes. When the
-guardian is gone it marks the records that guardian owned ``unknown`` (``guardian_lost``)
-and starts a new one, under a start lock so that racing front-ends end up with one guardian.
+guardian is gone it starts a new one, under a start lock so that racing front-ends end up
+with one guardian; the new guardian marks the records its predecessor left running
+``unknown`` (``guardian_lost``) before it answers, and says which in its ``hello``. The
+front-end never writes a catalog: it only reads one, to refuse an unknown thread.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import json
 import logging
 import os
 import select
-import sqlite3
 import subprocess
 import sys
 import time
@@ -26,8 +27,8 @@ from typing import Any, TypeVar
 import filelock
 from pydantic import ValidationError
 
+from tether.frontend import usage
 from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
-from tether.frontend.tools import usage
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
 from tether.protocol.method_table import HELLO, THREAD_OPEN, Method
@@ -35,11 +36,12 @@ from tether.protocol.methods import Params, params_capability
 from tether.protocol.results import HelloResult, Result
 from tether.protocol.transport import REPLY_GRACE_S, GuardianClient
 from tether.protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
-from tether.shared.catalog import Catalog, peek_thread
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, guardian_paths
-from tether.shared.reconcile import reconcile_lost
+from tether.shared.store.rows import PeekedThread
+from tether.shared.store.store_errors import StoreError
+from tether.shared.store.view import peek_thread
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,9 @@ class GuardianHandle:
     client: GuardianClient
     version: Version
     capabilities: frozenset[str]
+    #: The records the guardian's predecessor left running, which it reconciled at start
+    #: (its ``hello``), told by the front-end that started it (``Initialize``).
+    reconciled: list[dict[str, Any]] = field(default_factory=list)
     lost_records: list[dict[str, Any]] = field(default_factory=list)
     #: Opened on the first check: a handle only looked at (``tether ls``) holds no pidfd.
     liveness: Liveness | None = None
@@ -371,7 +376,7 @@ class GuardianLocator:
             return handle
         if thread_id is not None:
             self._refuse_unknown_thread(paths, workspace_root, thread_id)
-        lost, started = await asyncio.to_thread(self._start_locked, paths, workspace_root)
+        started = await asyncio.to_thread(self._start_locked, paths, workspace_root)
         handle = await self._attach(paths, workspace_root)
         if handle is None:
             raise TetherError(
@@ -380,7 +385,8 @@ class GuardianLocator:
                  if started else f"no guardian could be reached or started; see {paths.log}"),
                 {"input_sent": False},
             )
-        handle.lost_records = lost
+        if started:
+            handle.lost_records = handle.reconciled
         return handle
 
     def _refuse_unknown_thread(self, paths: GuardianPaths, workspace_root: str,
@@ -390,7 +396,7 @@ class GuardianLocator:
         try:
             if self._thread_row(paths, workspace_root, thread_id) is not None:
                 return
-        except sqlite3.Error:
+        except StoreError:
             return  # unreadable from here: let the guardian decide
         raise TetherError(
             ErrorCode.SESSION_MISMATCH,
@@ -399,18 +405,18 @@ class GuardianLocator:
             {"input_sent": False},
         )
 
-    def known_thread(self, workspace_root: str, thread_id: str) -> dict[str, Any] | None:
+    def known_thread(self, workspace_root: str, thread_id: str) -> PeekedThread | None:
         """The thread's row from the workspace's catalog on disk, whose guardian is gone, read
         without writing a byte (a crashed guardian's log index included), or None when this
         principal has no such thread there."""
         paths = guardian_paths(self.config, self.principal, workspace_root)
         try:
             return self._thread_row(paths, workspace_root, thread_id, left_behind=True)
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise TetherError(ErrorCode.INTERNAL, f"cannot read {paths.catalog}: {exc}") from None
 
     def _thread_row(self, paths: GuardianPaths, workspace_root: str, thread_id: str, *,
-                    left_behind: bool = False) -> dict[str, Any] | None:
+                    left_behind: bool = False) -> PeekedThread | None:
         thread = peek_thread(paths.catalog, thread_id, left_behind=left_behind)
         if thread is None or (thread["principal"], thread["workspace_root"]) != (
                 self.principal, workspace_root):
@@ -473,28 +479,22 @@ class GuardianLocator:
             )
         client.version = chosen
         return GuardianHandle(paths, info, identity, client, chosen,
-                              frozenset(greeting.capabilities))
+                              frozenset(greeting.capabilities),
+                              reconciled=list(greeting.lost_records or []))
 
-    def _start_locked(self, paths: GuardianPaths,
-                      workspace_root: str) -> tuple[list[dict[str, Any]], bool]:
-        """Under the start lock: reconcile a dead guardian's records and spawn a new one.
-        Returns the lost records and whether this call started a guardian."""
+    def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> bool:
+        """Under the start lock: spawn a new guardian (which reconciles what a dead one left
+        before it answers). Returns whether this call started a guardian."""
         with filelock.FileLock(str(paths.start_lock), mode=0o600, timeout=START_TIMEOUT_S):
             info = read_info(paths)
             identity = ProcessIdentity.from_dict(info) if info else None
             if identity is not None and identity.alive():
-                return [], False  # someone else started it while we waited for the lock
-            lost: list[dict[str, Any]] = []
+                return False  # someone else started it while we waited for the lock
             if info is not None and paths.catalog.exists():
-                catalog = Catalog(paths.catalog)
-                try:
-                    lost = reconcile_lost(catalog, paths.journals, owner=str(info.get("instance_id")))
-                finally:
-                    catalog.close()
                 paths.info.unlink(missing_ok=True)
             self._children.append(spawn_guardian(paths, self.principal, workspace_root))
             self._await_info(paths)
-            return lost, True
+            return True
 
     def _await_info(self, paths: GuardianPaths) -> None:
         """Block (in a worker thread) until a live guardian has announced itself."""

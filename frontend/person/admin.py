@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 from typing import Any
@@ -24,11 +23,11 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import GUARDIAN_SHUTDOWN, HELLO
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import Version
-from tether.shared.catalog import Catalog
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, canonical_workspace, guardian_key, guardian_paths
-from tether.shared.reconcile import reconcile_lost
+from tether.shared.store.store_errors import StoreError
+from tether.shared.store.view import left_running
 
 ANSWER_TIMEOUT_S = 2.0
 SIGTERM_WAIT_S = 10.0
@@ -102,7 +101,7 @@ def _stop_by_signal(ident: ProcessIdentity) -> str:
         os.kill(ident.pid, signal.SIGKILL)
         _wait_gone(ident, 5)
     return (f"it did not exit within {SIGTERM_WAIT_S:g}s of SIGTERM, so it was killed (SIGKILL); "
-            "its running records become unknown (guardian_lost) on the next call")
+            "its running records become unknown (guardian_lost) when the next guardian starts")
 
 
 def _paths(config: Config, root: str, principal: str) -> GuardianPaths | None:
@@ -122,9 +121,9 @@ def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
     Under the start lock the front-end takes to start a guardian (so none is being started
     meanwhile), the file is read again, and removed only when the process it names is gone
     (pid, create time and boot: never a pid alone, R10) and no process holds guardian.lock
-    (which every running guardian holds). As the front-end does before it starts a new one,
-    the dead guardian's records still marked running become unknown (guardian_lost) first,
-    so that ``tether ls`` and ``show`` tell the truth now rather than after the next start.
+    (which every running guardian holds). The catalog is only read: the dead guardian's
+    records still marked running become unknown (guardian_lost) when the next guardian of
+    ``root`` starts, and ``tether ls`` and ``show`` already show them so.
     """
     never = f"no guardian was ever started for {root}; nothing to stop"
     if paths is None:
@@ -144,19 +143,12 @@ def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
                 return False, (f"{paths.info} names no live guardian, but pid "
                                f"{', '.join(map(str, holders))} holds {paths.lock} (a guardian "
                                "starting, or stuck): left as it is; `tether doctor` says more")
-            lost: list[dict[str, Any]] = []
-            if info is not None and paths.catalog.exists():
+            lost: int | str = 0
+            if info is not None:
                 try:
-                    catalog = Catalog(paths.catalog)
-                    try:
-                        lost = reconcile_lost(catalog, paths.journals,
-                                              owner=str(info.get("instance_id")))
-                    finally:
-                        catalog.close()
-                except (sqlite3.Error, OSError) as exc:  # a full disk, a damaged catalog
-                    return False, (f"{paths.info} names no live guardian, but its catalog "
-                                   f"{paths.catalog} cannot be updated ({exc}): left as it is; "
-                                   "`tether doctor` says more")
+                    lost = left_running(paths.catalog, str(info.get("instance_id")))
+                except (StoreError, OSError):  # a log only a guardian recovers, a damaged file
+                    lost = "any"
             paths.info.unlink(missing_ok=True)
     except filelock.Timeout:
         return False, (f"a guardian for {root} is being started (its start lock {paths.start_lock} "
@@ -166,8 +158,8 @@ def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
                       f"{paths.info}")
     return True, (f"no guardian is running for {root}: pid {info.get('pid')} (instance "
                   f"{info.get('instance_id')}) is gone; removed its stale record {paths.info}"
-                  + (f"; {len(lost)} of its executions it left running are now unknown "
-                     "(guardian_lost)" if lost else ""))
+                  + (f"; {lost} of its executions it left running become unknown "
+                     "(guardian_lost) when the next guardian starts" if lost else ""))
 
 
 def _stop(config: Config, root: str, principal: str, *, yes: bool) -> int:

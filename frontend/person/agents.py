@@ -4,7 +4,7 @@
 subagent a root agent (it clears the parent and every open label, nothing else: the agent
 keeps running); ``archive ID`` archives an agent with its cascade, as the Agent tool does.
 Detach is deliberately not an agent tool. ``list`` never starts a guardian: with none
-running it reads the workspace's catalog (every agent is then closed or in error).
+running it reads the workspace's catalog, read-only (the next guardian reconciles it).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from tether.frontend.tools.agent_lifecycle import agent_line
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import AGENT_RPC_TIMEOUT_S, MAX_AGENT_LIST
 from tether.protocol.method_table import AGENT_DETACH, AGENT_LIST
-from tether.shared.agent_store import AgentStore
-from tether.shared.catalog import Catalog
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import canonical_workspace, guardian_paths
+from tether.shared.store.store_errors import StoreError
+from tether.shared.store.view import peek_agents
 
 
 def _rows(agents: list[dict[str, Any]]) -> list[list[str]]:
@@ -56,16 +56,11 @@ def _rows(agents: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def _offline_agents(config: Config, root: str, include_archived: bool) -> list[dict[str, Any]]:
-    """The agents in the catalog of a workspace whose guardian is not running."""
+    """The agents in the catalog of a workspace whose guardian is not running, read without
+    writing a byte of it."""
     paths = guardian_paths(config, "local", root)
-    if not paths.catalog.exists():
-        return []
-    catalog = Catalog(paths.catalog)
-    try:
-        return AgentStore(catalog).list_agents("local", root, include_archived=include_archived,
-                                               limit=MAX_AGENT_LIST)
-    finally:
-        catalog.close()
+    return peek_agents(paths.catalog, "local", root, include_archived=include_archived,
+                       limit=MAX_AGENT_LIST)
 
 
 async def _with_locator(config: Config, work: Callable[[GuardianLocator], Awaitable[int]]) -> int:
@@ -109,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
                     timeout_s=AGENT_RPC_TIMEOUT_S)
                 agents = list(as_data(listed)["agents"])  # printed as they came
             else:
-                agents = _offline_agents(config, root, args.all)
+                try:
+                    agents = _offline_agents(config, root, args.all)
+                except StoreError as exc:
+                    print(f"tether agents: cannot read the catalog of {visible(root)}: "
+                          f"{visible(str(exc))}", file=sys.stderr)
+                    return 2
             if args.json:
                 print(json.dumps(agents, indent=2))
             elif agents:

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import sqlite3
 import stat
 import sys
 from dataclasses import asdict, dataclass
@@ -25,7 +24,7 @@ from tether.frontend.guardians.health import measured, restart_for
 from tether.frontend.guardians.locator import GuardianLocator
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
-from tether.frontend.tools.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
+from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import capabilities_for, known_minor_versions
@@ -33,6 +32,8 @@ from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths
+from tether.shared.store.store_errors import StoreError
+from tether.shared.store.view import catalog_figures
 
 PACKAGES = ("tether", "mcp", "pyzmq", "msgpack", "ptyprocess", "pyte", "pydantic", "filelock",
             "psutil", "wcwidth")
@@ -204,23 +205,14 @@ class Doctor:
     def _sizes(self, paths: GuardianPaths, workspace: str, restart: str) -> None:
         """Catalog and journals on disk against the retention limits (R17)."""
         catalog_bytes = sum(p.stat().st_size for p in paths.state.glob("catalog.sqlite3*"))
-        known: set[str] = set()
-        threads = 0
-        over_records: list[str] = []
         try:
-            db = sqlite3.connect(f"file:{paths.catalog}?mode=ro", uri=True, timeout=5)
-            try:
-                known = {row[0] for row in db.execute("SELECT execution_id FROM executions")}
-                threads = db.execute("SELECT count(*) FROM threads").fetchone()[0]
-                over_records = [row[0] for row in db.execute(
-                    "SELECT thread_id FROM executions GROUP BY thread_id HAVING count(*) > ?",
-                    (THREAD_MAX_RECORDS,))]
-            finally:
-                db.close()
-        except sqlite3.Error as exc:
+            figures = catalog_figures(paths.catalog, THREAD_MAX_RECORDS)
+        except StoreError as exc:
             self.add("action", f"catalog {paths.catalog} cannot be read: {exc}",
                      restart)
             return
+        known, threads, over_records = (figures.execution_ids, figures.threads,
+                                        figures.crowded_threads)
         journal_bytes, per_execution, orphans = 0, dict[str, int](), 0
         for seg in paths.journals.glob("*.seg"):
             size = seg.stat().st_size

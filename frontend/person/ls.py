@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import sqlite3
 import sys
 import time
 from typing import Any
@@ -23,6 +22,7 @@ from tether.protocol.errors import TetherError
 from tether.protocol.limits import MAX_WORKSPACE_LIST
 from tether.protocol.method_table import WORKSPACE_LIST
 from tether.shared.config import Config
+from tether.shared.store.store_errors import StoreError
 
 DEFAULT_LIMIT = 20
 #: Exit status when some guardian could not be looked into (gone, stopped, too old): the
@@ -100,7 +100,7 @@ async def gone(entry: Found, limit: int) -> dict[str, Any]:
     catalog = entry.paths.state / "catalog.sqlite3"
     try:
         found = await asyncio.to_thread(list_on_disk, entry.paths.state, entry.scope(), limit)
-    except (sqlite3.Error, OSError, ValueError) as err:
+    except (StoreError, OSError, ValueError) as err:
         why = f"its catalog {catalog} could not be read ({err})"
     else:
         if found is not None:

@@ -4,7 +4,7 @@
 A guardian keeps its catalog and output journals on disk, so a record outlives it. When no
 running guardian holds an execution, its record and retained output are read from there,
 read-only: nothing is started, written or reconciled by looking (the next guardian of that
-workspace, or ``tether guardians stop``, marks the record; R12, R13). A record that still
+workspace marks the record; R12, R13). A record that still
 says ``running`` was left so by a guardian that is gone: nobody saw its end, so it is shown
 the way reconciliation will record it, ``unknown`` (``guardian_lost``), and says so.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -21,9 +20,12 @@ from typing import Any, TypeVar, cast
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import EXEC_DESCRIBE, EXEC_STREAM, Method
 from tether.protocol.results import DescribeResult, Result, StreamResult, WorkspaceListResult
-from tether.shared.catalog import AGENT_COLUMNS, TERMINAL_STATUSES, peek_execution, peek_workspace
 from tether.shared.config import Config
 from tether.shared.segments import Segment, journal_figures, scan_segments, window
+from tether.shared.store.rows import TERMINAL_STATUSES
+from tether.shared.store.schema import AGENT_COLUMNS
+from tether.shared.store.store_errors import StoreError
+from tether.shared.store.view import PeekedExecution, peek_execution, peek_workspace
 
 #: Catalog columns that are not part of the record as clients see it (as a guardian hides
 #: them: guardian/history/records.py).
@@ -61,7 +63,7 @@ def list_on_disk(state: Path, scope: dict[str, Any], limit: int) -> WorkspaceLis
     ``state``, read from the catalog it left: records as they are on disk, those it left
     running shown as reconciliation will record them, and every thread without a shell (its
     shells died with it). ``scope``: its principal and workspace root. ``None`` when it left
-    no catalog; an unreadable one raises ``sqlite3.Error`` (or ``ValueError``, for rows that
+    no catalog; an unreadable one raises ``StoreError`` (or ``ValueError``, for rows that
     are not records)."""
     found = peek_workspace(state / "catalog.sqlite3", limit)
     if found is None:
@@ -90,7 +92,7 @@ class OnDisk:
     calls ``show``, ``tail`` and ``attach`` make of a guardian (``Found.call``) from disk."""
 
     state: Path
-    found: dict[str, Any]
+    found: PeekedExecution
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -118,8 +120,7 @@ class OnDisk:
         return (f"read from disk ({self.catalog}): no running guardian holds it. The catalog "
                 f"still says {self.was}, but the guardian that ran it is gone, so its end was "
                 "not seen: shown as unknown (guardian_lost), which is what the next guardian of "
-                f"{self.workspace} (or `tether guardians stop --workspace {self.workspace}`) "
-                "records")
+                f"{self.workspace} records")
 
     def _segments(self) -> list[Segment]:
         return scan_segments(self.state / "journals", str(self.found["execution"]["execution_id"]))
@@ -208,7 +209,7 @@ def find_on_disk(config: Config, execution_id: str, *, skip: set[str],
     for state in sorted(p for p in base.iterdir() if p.is_dir() and p.name not in skip):
         try:
             found = peek_execution(state / "catalog.sqlite3", execution_id)
-        except sqlite3.Error:
+        except StoreError:
             continue  # unreadable: `tether doctor` says so
         if found is None:
             continue

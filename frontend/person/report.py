@@ -35,7 +35,7 @@ from typing import Any
 from tether.frontend.person.term import table, visible
 
 AUXILIARY = frozenset({"tool_started", "tool_phase"})
-#: The ``usage_schema`` versions this report reads (``tether.frontend.tools.usage.USAGE_SCHEMA``).
+#: The ``usage_schema`` versions this report reads (``tether.frontend.usage.USAGE_SCHEMA``).
 KNOWN_USAGE_SCHEMAS = (1,)
 _KNOWN_SCHEMA_NAMES = frozenset(str(v) for v in KNOWN_USAGE_SCHEMAS)
 RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached", "input_sent")

@@ -1,1 +1,1 @@
-"""Who may do what: principals, profiles and tools, thread modes, command-line checks."""
+"""Who may do what: principals, profiles and tools, command-line checks."""

@@ -15,10 +15,10 @@ from typing import Any
 
 import mcp_types as types
 
-from tether.frontend.policy.modes import Guard, check_agent_action, send_checked
 from tether.frontend.tools import replies
 from tether.frontend.tools.agent_lifecycle import agent_line, need_arg, run_lifecycle
 from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
+from tether.frontend.tools.modes import Guard, check_agent_action, send_checked
 from tether.frontend.tools.outputs import AGENT_OUTPUT
 from tether.frontend.tools.schemas import AgentArgs, wire_cursor
 from tether.protocol.errors import ErrorCode, TetherError

@@ -18,9 +18,9 @@ import mcp_types as types
 
 from tether.frontend.guardians.agent_tree import archive_everywhere
 from tether.frontend.guardians.locator import GuardianHandle
-from tether.frontend.policy.modes import Guard, check_agent_action, send_checked
 from tether.frontend.tools import replies
 from tether.frontend.tools.base import Session
+from tether.frontend.tools.modes import Guard, check_agent_action, send_checked
 from tether.frontend.tools.schemas import AgentArgs
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (

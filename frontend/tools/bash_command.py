@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 
 import mcp_types as types
 
-from tether.frontend.policy.modes import Guard, check_bash_action, send_checked
-from tether.frontend.tools import replies, usage
+from tether.frontend import usage
+from tether.frontend.tools import replies
 from tether.frontend.tools.base import Progress, Session, Tool
+from tether.frontend.tools.modes import Guard, check_bash_action, send_checked
 from tether.frontend.tools.outputs import BASH_COMMAND_OUTPUT
 from tether.frontend.tools.schemas import (
     BashCommandArgs,

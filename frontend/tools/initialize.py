@@ -10,9 +10,9 @@ import mcp_types as types
 from tether.frontend.guardians.health import unresponsive
 from tether.frontend.guardians.locator import GuardianHandle
 from tether.frontend.policy.authority import BASH
-from tether.frontend.policy.modes import mode_of, read_thread_mode, set_thread_mode
 from tether.frontend.tools import replies
 from tether.frontend.tools.base import Progress, Session, Tool
+from tether.frontend.tools.modes import mode_of, read_thread_mode, set_thread_mode
 from tether.frontend.tools.outputs import INITIALIZE_OUTPUT
 from tether.frontend.tools.schemas import InitializeArgs
 from tether.protocol.errors import ErrorCode, TetherError

@@ -19,7 +19,7 @@ from tether.frontend.policy.authority import LOCAL, PROFILES, Caller
 from tether.frontend.tools import replies
 from tether.frontend.tools.base import KnownModes, Session
 from tether.frontend.tools.registry import all_tools
-from tether.frontend.tools.usage import UsageLog, phase
+from tether.frontend.usage import UsageLog, phase
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import validation_error
 from tether.shared.config import Config

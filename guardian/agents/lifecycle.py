@@ -39,11 +39,11 @@ from tether.protocol.methods import (
 )
 from tether.protocol.results import AgentCancelResult, AgentGetResult, AgentListResult, AgentResult
 from tether.shared.agent_states import LIVE_STATES
-from tether.shared.agent_store import AgentStore, Transition
+from tether.shared.store.agent_table import AgentStore, Transition
 
 if TYPE_CHECKING:
     from tether.guardian.agents.receipts import PromptDesk
-    from tether.guardian.rpc.idempotency import IdempotencyLedger
+    from tether.guardian.history.idempotency import IdempotencyLedger
     from tether.guardian.runtime.assembly import Runtime
 
 log = logging.getLogger(__name__)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import AgentNotificationsParams, AgentPromptParams
 from tether.protocol.results import AgentNotificationsResult
-from tether.shared.agent_store import AgentStore
+from tether.shared.store.agent_table import AgentStore
+from tether.shared.store.rows import NotificationRow
 
 if TYPE_CHECKING:
     from tether.guardian.agents.receipts import PromptDesk
@@ -36,7 +37,7 @@ _KIND_TEXT = {
 }
 
 
-def notice_text(notification: dict[str, Any]) -> str:
+def notice_text(notification: NotificationRow) -> str:
     """What a managed parent reads: which child, what happened, where to look."""
     return (f"[tether] agent {notification['child_execution_id']} "
             f"{_KIND_TEXT.get(notification['kind'], notification['kind'])} "

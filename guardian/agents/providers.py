@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.guardian.agents.recognize import pick_recognizer
-from tether.guardian.agents.recovery import recovery_advice
+from tether.guardian.runtime.recovery import recovery_advice
 from tether.protocol.errors import ErrorCode, TetherError
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")

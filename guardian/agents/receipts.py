@@ -5,8 +5,8 @@ is typed the receipt is persisted as in progress (``delivered: "unknown"``, reas
 ``delivery_in_progress``), bound to the runtime identity (with this guardian's instance) and
 generation, with an activity baseline; the moment Enter is written it is persisted as
 delivered. A guardian that dies in between leaves the in-progress receipt, which the next one
-(or the front-end that finds it dead) turns into ``unknown`` with reason ``guardian_lost``
-(``shared/reconcile``): it was typed, partly or wholly, or not at all, and nobody can say.
+turns into ``unknown`` with reason ``guardian_lost`` (``guardian/history/reconcile``): it was
+typed, partly or wholly, or not at all, and nobody can say.
 The receipt keeps three facts apart:
 
 - ``delivered``: the bytes were written to the target's terminal (``"unknown"`` when that
@@ -36,14 +36,14 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PROMPT_BYTES
 from tether.protocol.methods import AgentPromptParams, AgentReceiptParams
 from tether.protocol.results import DELIVERY_IN_PROGRESS, PromptResult
-from tether.shared.storage import STORAGE_ERRORS
+from tether.shared.store.store_errors import STORAGE_ERRORS
 
 if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
-    from tether.shared.catalog import Catalog
     from tether.shared.clock import Clock
+    from tether.shared.store.catalog import Catalog
 
 MAX_RECEIPTS_PER_GENERATION = 64
 ACTIVITY_STATES = frozenset({"busy", "awaiting_approval"})

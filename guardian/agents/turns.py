@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
-    from tether.shared.catalog import Catalog
+    from tether.shared.store.catalog import Catalog
 
 READY_STATES = frozenset({"awaiting_input", "awaiting_approval"})
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -11,10 +11,20 @@ from tether.guardian.history.journal import Journal
 from tether.guardian.terminal.render import render_output
 from tether.protocol.limits import LIST_COMMAND_CHARS, LIST_REPLY_BYTES
 from tether.protocol.results import CompactRecord
-from tether.shared.catalog import AGENT_COLUMNS
+from tether.shared.store.schema import AGENT_COLUMNS
 
-if TYPE_CHECKING:
-    from tether.guardian.runtime.live import LiveExecution
+
+class Running(Protocol):
+    """What a view reads of a running execution: its journal and its activity count.
+    ``runtime.live.LiveExecution`` is one; it is named here by its shape because the runtime
+    sits above the history it writes (runtime imports this module, never the reverse)."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def activity_seq(self) -> int: ...
+
 
 #: Raw bytes of the journal tail rendered into a BashCommand result, and the text kept.
 RESULT_TAIL_BYTES = 64 * 1024
@@ -26,7 +36,7 @@ _HIDDEN = ("seq", "change_seq")
 _HIDDEN_UNLESS_AGENT = (*_HIDDEN, *(name for name, _ in AGENT_COLUMNS), "parent_workspace")
 
 
-def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+def record_view(record: dict[str, Any], live: Running | None) -> dict[str, Any]:
     """The record as clients see it, with live output figures merged in.
 
     Output figures of a running execution move with every byte; they are read from the
@@ -36,7 +46,7 @@ def record_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str,
     return _with_live_figures({k: v for k, v in record.items() if k not in hidden}, live)
 
 
-def list_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+def list_view(record: dict[str, Any], live: Running | None) -> dict[str, Any]:
     """The record as a listing carries it: without ``screen_text`` and with the first
     :data:`LIST_COMMAND_CHARS` characters of its command (``command_truncated`` says so).
     Whole, 128 records of long commands and screens made a reply no frame could hold; the
@@ -82,13 +92,13 @@ def list_page(
 COMPACT_FIELDS = tuple(CompactRecord.__annotations__)
 
 
-def compact_view(record: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+def compact_view(record: dict[str, Any], live: Running | None) -> dict[str, Any]:
     """:data:`COMPACT_FIELDS` of :func:`record_view`, read straight from the row: observe of
     32 items would otherwise copy every column of every record only to keep 13 of them."""
     return _with_live_figures({k: record.get(k) for k in COMPACT_FIELDS}, live)
 
 
-def _with_live_figures(view: dict[str, Any], live: LiveExecution | None) -> dict[str, Any]:
+def _with_live_figures(view: dict[str, Any], live: Running | None) -> dict[str, Any]:
     if live is not None:
         view["output_start"] = live.journal.start
         view["output_end"] = live.journal.end

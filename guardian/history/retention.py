@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
 from tether.protocol.limits import RECORD_TTL_MS, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
-from tether.shared.catalog import TERMINAL_STATUSES, Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
 from tether.shared.segments import delete_segments
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import TERMINAL_STATUSES
+from tether.shared.store.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Retention:
             live, now = protect(), self.clock.now_ms()
             self._delete([row for row in rows
                           if self._evictable(row, live) and self._expired(row, now)])
-        except (sqlite3.Error, OSError) as exc:  # a full disk: the next sweep tries again
+        except (StoreError, OSError) as exc:  # a full disk: the next sweep tries again
             log.warning("sweeping expired records failed: %s", exc)
             rows = []
         self._sweep_busy += self.clock.monotonic() - started
@@ -140,16 +141,16 @@ class Retention:
         rows = self.catalog.thread_records_for_pruning(thread_id)
         now = self.clock.now_ms()
 
-        def evictable(row: dict[str, Any]) -> bool:
+        def evictable(row: Mapping[str, Any]) -> bool:
             return self._evictable(row, protect)
 
-        def expired(row: dict[str, Any]) -> bool:
+        def expired(row: Mapping[str, Any]) -> bool:
             return self._expired(row, now)
 
         victims = [r for r in rows if evictable(r) and expired(r)]
         kept = [r for r in rows if not (evictable(r) and expired(r))]
 
-        def size(row: dict[str, Any]) -> int:
+        def size(row: Mapping[str, Any]) -> int:
             return int(row["output_end"]) - int(row["output_start"]) + int(row["screen_bytes"])
 
         total = sum(size(row) for row in kept)
@@ -166,17 +167,17 @@ class Retention:
         return [str(row["execution_id"]) for row in victims]
 
     @staticmethod
-    def _evictable(row: dict[str, Any], protect: Set[str]) -> bool:
+    def _evictable(row: Mapping[str, Any], protect: Set[str]) -> bool:
         # A managed agent stays until it is archived: closed agents are resumable (R26).
         if row["kind"] == "agent" and row["archived_at"] is None:
             return False
         return row["status"] in TERMINAL_STATUSES and row["execution_id"] not in protect
 
-    def _expired(self, row: dict[str, Any], now: int) -> bool:
+    def _expired(self, row: Mapping[str, Any], now: int) -> bool:
         terminal_at = row["terminal_unix_ms"]
         return isinstance(terminal_at, int) and now - terminal_at > self.limits.ttl_ms
 
-    def _delete(self, victims: list[dict[str, Any]]) -> None:
+    def _delete(self, victims: Sequence[Mapping[str, Any]]) -> None:
         """Delete these records (rows with their output figures) and their journals."""
         if victims:
             delete_segments(self.paths.journals, {

@@ -22,18 +22,18 @@ from typing import Any
 
 import zmq
 
+from tether.guardian.history.reconcile import reconcile_lost
 from tether.guardian.rpc.memory import QuietTrimmer
 from tether.guardian.rpc.service import GuardianService
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.threads import GUARDIAN_IDLE_EXIT, GUARDIAN_STOPPED, process_env
 from tether.protocol.transport import RouterServer
 from tether.protocol.versions import Capability, Version, capabilities_for, current_version
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, guardian_paths, write_private_file
-from tether.shared.reconcile import reconcile_lost
+from tether.shared.store.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,8 @@ class Guardian:
         os.umask(0o077)
         catalog = Catalog(self.paths.catalog, self.clock)
         catalog.checkpoint_in_background()  # no commit on the loop waits for a disk sync
+        # Before anything is answered: what a dead predecessor left running is unknown now
+        # (hello tells it, and the front-end that started this guardian reports it).
         lost = reconcile_lost(catalog, self.paths.journals, except_owner=self.instance_id)
         if lost:
             log.warning("records of an earlier guardian marked unknown: %s", lost)
@@ -138,6 +140,7 @@ class Guardian:
             clock=self.clock,
             on_activity=self._touch,
             on_shutdown=self.request_stop,
+            reconciled=lost,
         )
         context: zmq.Context[Any] = zmq.Context()
         server = RouterServer(self.paths.endpoint, service.handle_frame, context)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +16,13 @@ from pydantic import ValidationError
 
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
-from tether.guardian.history.inspection import Inspector
-from tether.guardian.history.reads import History
-from tether.guardian.history.workspace_view import PersonDesk
-from tether.guardian.rpc.idempotency import IdempotencyLedger
+from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.mode_store import ThreadModes
+from tether.guardian.views.inspection import Inspector
+from tether.guardian.views.reads import History
+from tether.guardian.views.workspace_view import PersonDesk
 from tether.protocol import codec
 from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
 from tether.protocol.errors import ErrorCode, TetherError
@@ -67,7 +66,7 @@ from tether.protocol.results import (
 )
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
-from tether.shared.storage import storage_unavailable
+from tether.shared.store.store_errors import StoreError, storage_unavailable
 
 if TYPE_CHECKING:
     from tether.guardian.agents.lifecycle import AgentLifecycle
@@ -124,8 +123,11 @@ class GuardianService:
         clock: Clock,
         on_activity: Callable[[], None],
         on_shutdown: Callable[[str], None],
+        reconciled: list[dict[str, Any]] | None = None,
     ) -> None:
         self._rt = runtime
+        #: What this guardian reconciled at start (``hello`` says it: ``lost_records``).
+        self._reconciled = reconciled or []
         self._ledger = IdempotencyLedger(runtime.catalog)
         self.instance_id = instance_id
         self.identity = identity
@@ -225,7 +227,7 @@ class GuardianService:
             return reply
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             log.warning("catalog write failed: %s", exc)
             refused = storage_unavailable(self._rt.catalog.path, exc)
             return codec.encode(error_response(self.version, rid, refused))
@@ -310,6 +312,7 @@ class GuardianService:
             "capabilities": sorted(str(c) for c in self.capabilities),
             "workspace_root": self._rt.scope.workspace_root,
             "principal": self._rt.scope.principal,
+            **({"lost_records": self._reconciled} if self._reconciled else {}),
         })
         return result
 

@@ -20,9 +20,9 @@ from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.outcomes import Results
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import GUARDIAN_STOPPED, Threads
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.store.catalog import Catalog
 
 
 @dataclass(frozen=True, slots=True)

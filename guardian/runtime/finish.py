@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class Finisher:
             try:
                 written, live.ended_record = True, self._catalog.stage_execution(
                     live.execution_id, last_read=live.inserted_record, **fields)
-            except (sqlite3.Error, OSError):  # the catalog cannot even be read: keep it
+            except (StoreError, OSError):  # the catalog cannot even be read: keep it
                 written, live.ended_record = self._catalog.write_execution_or_keep(
                     live.execution_id, last_read=live.inserted_record, **fields)
         live.exit_code = exit_code

@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tether.guardian.agents.recovery import recovery_advice
 from tether.guardian.history.journal import Journal, SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime import sandbox
@@ -21,15 +20,17 @@ from tether.guardian.runtime.inputs import deliver, stale_generation
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.pty import PtyRuntime, job_argv
+from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
 from tether.guardian.terminal.screen import TerminalScreen
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_COMMAND_BYTES
 from tether.protocol.methods import ExecStartParams
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import ThreadRow
 
 #: How long a new shell may take to show its first prompt before a command is refused.
 SHELL_READY_TIMEOUT_S = 10.0
@@ -122,7 +123,7 @@ class Launcher:
         return outcome
 
     async def _start_background(
-        self, thread: dict[str, Any], params: ExecStartParams, claim: Callable[[], None],
+        self, thread: ThreadRow, params: ExecStartParams, claim: Callable[[], None],
     ) -> dict[str, Any]:
         cwd = self._threads.cwd(thread["thread_id"], thread["cwd"])
         execution_id = self._clock.new_id("ex")
@@ -169,7 +170,7 @@ class Launcher:
 
     def _new_execution(
         self,
-        thread: dict[str, Any],
+        thread: ThreadRow,
         params: ExecStartParams,
         *,
         kind: str,

@@ -29,7 +29,7 @@ from tether.protocol.methods import (
     mode_fingerprint,
 )
 from tether.protocol.results import ThreadModeResult
-from tether.shared.catalog import Catalog
+from tether.shared.store.catalog import Catalog
 
 #: The mode of a thread whose mode was never changed.
 DEFAULT_MODE = ModeSpec()

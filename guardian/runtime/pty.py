@@ -66,7 +66,7 @@ READ_PENDING_CAP = 1024 * 1024
 #: up, as a job in a closed terminal is. (A trap would not help: bash runs it only once its
 #: foreground job has ended; an ignored signal would be inherited by the job.) A job that
 #: ignores the hangup outlives its leader; it is still found by its ``TETHER_EXECUTION_ID``
-#: mark and reported as an orphan (``shared/reconcile``). A hangup the guardian sends itself
+#: mark and reported as an orphan (``guardian/history/reconcile``). A hangup the guardian sends itself
 #: (shutdown) spares the leader (``job_leader``): the job ends, then the leader with the
 #: job's status, and a job that ignores it keeps its leader, and so its record, running.
 _JOB_WRAPPER = 'set -m; "$@"; exit $?'

@@ -11,7 +11,8 @@ from typing import Any
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import Scoped
-from tether.shared.catalog import Catalog
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import ThreadRow
 
 
 class Scope:
@@ -22,7 +23,7 @@ class Scope:
         self.principal = principal
         self.workspace_root = workspace_root
 
-    def thread_for(self, params: Scoped) -> dict[str, Any]:
+    def thread_for(self, params: Scoped) -> ThreadRow:
         """The thread named by a scoped request, checked against principal and workspace."""
         thread = self._catalog.get_thread(params.thread_id)
         if (

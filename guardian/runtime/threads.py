@@ -30,10 +30,11 @@ from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import DEFAULT_COLS, DEFAULT_ROWS
 from tether.protocol.methods import ResetShellParams, ThreadOpenParams
-from tether.shared.catalog import Catalog
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
-from tether.shared.storage import STORAGE_ERRORS
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import ThreadRow
+from tether.shared.store.store_errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class Threads:
             opened["shell_replaced"] = self._replaced[thread["thread_id"]]
         return opened
 
-    def ensure_shell(self, thread: dict[str, Any], *, reset: bool = False) -> MainShell:
+    def ensure_shell(self, thread: ThreadRow, *, reset: bool = False) -> MainShell:
         """The thread's live main shell, starting a new generation when there is none.
 
         A new generation that no reset asked for (``reset``) leaves a notice for the next
@@ -236,7 +237,7 @@ class Threads:
         session) is reported as an orphan on the interrupted record, never adopted (R13)."""
         return await self.replace_shell(self._scope.thread_for(params))
 
-    async def replace_shell(self, thread: dict[str, Any]) -> dict[str, Any]:
+    async def replace_shell(self, thread: ThreadRow) -> dict[str, Any]:
         """:meth:`reset` of a thread already checked (also a mode change's fresh shell)."""
         thread_id = thread["thread_id"]
         old = self._shells.pop(thread_id, None)

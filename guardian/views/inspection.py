@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tether.guardian.runtime.live import LiveExecution, LiveTable
     from tether.guardian.runtime.scope import Scope
     from tether.guardian.runtime.threads import Threads
-    from tether.shared.catalog import Catalog
+    from tether.shared.store.catalog import Catalog
 
 
 class Inspector:

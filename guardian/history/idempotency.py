@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
 
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.shared.catalog import COMPACT_SORTED_JSON, Catalog
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import COMPACT_SORTED_JSON, StoredResult
+from tether.shared.store.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class IdempotencyLedger:
         ident = (principal, key)
         stored = catalog.idempotent_result(principal, key)
         if stored is None and ident in self._unclaimed:
-            stored = (*self._unclaimed[ident], _DELIVERING)
+            stored = StoredResult(*self._unclaimed[ident], _DELIVERING)
         if stored is not None:
             return _replay(method, fingerprint, stored)
         claimed = False
@@ -119,7 +120,7 @@ class IdempotencyLedger:
         self._writer = None
         try:
             self._catalog.write_waiting()
-        except (sqlite3.Error, OSError) as exc:  # a full disk: kept in memory, tried again
+        except (StoreError, OSError) as exc:  # a full disk: kept in memory, tried again
             if not self._failing:
                 log.warning("idempotency outcomes not written yet (tried again): %s", exc)
             self._failing = True

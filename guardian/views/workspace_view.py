@@ -28,13 +28,13 @@ from tether.protocol.methods import (
 from tether.protocol.results import DescribeResult, PersonInputResult, StreamResult, WorkspaceListResult
 
 if TYPE_CHECKING:
+    from tether.guardian.history.idempotency import IdempotencyLedger
     from tether.guardian.history.retention import Retention
-    from tether.guardian.rpc.idempotency import IdempotencyLedger
     from tether.guardian.runtime.live import LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
     from tether.guardian.runtime.threads import Threads
-    from tether.shared.catalog import Catalog
+    from tether.shared.store.catalog import Catalog
 
 #: How long typing a person's bytes may wait for the program to read its input.
 INPUT_WRITE_TIMEOUT_S = 5.0

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tether.protocol.limits import MAX_LABELS
 from tether.shared.agent_states import AgentState, Step, archived_state, step
-from tether.shared.catalog import Catalog
+from tether.shared.store.catalog import Catalog
+from tether.shared.store.rows import AgentEventRow, ExecutionRow, NotificationRow
 
 OPEN_LABEL_PREFIX = "tether.open."
 
@@ -34,7 +35,7 @@ def is_held_open(labels: Mapping[str, Any] | None) -> bool:
 class Transition:
     """One persisted transition: the record after it, its event, and what it implies."""
 
-    record: dict[str, Any]
+    record: ExecutionRow
     event_seq: int
     step: Step
     notification_id: int | None
@@ -65,14 +66,14 @@ class AgentStore:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def get(self, execution_id: str) -> dict[str, Any] | None:
+    def get(self, execution_id: str) -> ExecutionRow | None:
         record = self.catalog.get_execution(execution_id)
         return record if record is not None and record["kind"] == "agent" else None
 
     def list_agents(
         self, principal: str, workspace_root: str, *, parent: str | None = None,
         include_archived: bool = False, limit: int = 100, before: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ExecutionRow]:
         """The workspace's agents (whichever thread launched them), newest first; ``before``:
         only those older than that ``seq`` (the next page of a listing)."""
         query = "SELECT * FROM executions WHERE kind = 'agent' AND principal = ? AND workspace_root = ?"
@@ -88,24 +89,24 @@ class AgentStore:
         rows = self._db.execute(query + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall()
         return [self.catalog.decode(row) for row in rows]
 
-    def events(self, execution_id: str, limit: int = 200) -> list[dict[str, Any]]:
+    def events(self, execution_id: str, limit: int = 200) -> list[AgentEventRow]:
         rows = self._db.execute(
             "SELECT seq, execution_id, from_state, to_state, attention, reason, generation,"
             " turn_seq, at_unix_ms FROM agent_events WHERE execution_id = ? ORDER BY seq LIMIT ?",
             (execution_id, limit),
         ).fetchall()
-        return [dict(row) for row in rows]
+        return [cast(AgentEventRow, dict(row)) for row in rows]
 
-    def notifications(self, parent: str, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+    def notifications(self, parent: str, after: int = 0, limit: int = 100) -> list[NotificationRow]:
         rows = self._db.execute(
             "SELECT id, parent_execution_id, child_execution_id, kind, turn_seq,"
             " created_at_unix_ms, delivered_prompt_id FROM notifications"
             " WHERE parent_execution_id = ? AND id > ? ORDER BY id LIMIT ?",
             (parent, after, limit),
         ).fetchall()
-        return [dict(row) for row in rows]
+        return [cast(NotificationRow, dict(row)) for row in rows]
 
-    def undelivered(self, parent: str) -> list[dict[str, Any]]:
+    def undelivered(self, parent: str) -> list[NotificationRow]:
         """Notifications not yet typed into a managed parent, oldest first."""
         rows = self._db.execute(
             "SELECT id, parent_execution_id, child_execution_id, kind, turn_seq,"
@@ -113,7 +114,7 @@ class AgentStore:
             " AND delivered_at_unix_ms IS NULL ORDER BY id",
             (parent,),
         ).fetchall()
-        return [dict(row) for row in rows]
+        return [cast(NotificationRow, dict(row)) for row in rows]
 
     def mark_delivered(self, notification_id: int, prompt_id: str) -> None:
         self._db.execute(
@@ -180,7 +181,7 @@ class AgentStore:
                 notification_id = int(cursor.lastrowid or 0) or None
         return Transition(record, event_seq, what, notification_id)
 
-    def set_labels(self, execution_id: str, changes: Mapping[str, str | None]) -> dict[str, Any]:
+    def set_labels(self, execution_id: str, changes: Mapping[str, str | None]) -> ExecutionRow:
         """Merge ``changes`` into the labels (``None`` removes a key); returns the record."""
         with self.catalog.transaction():
             current = self.get(execution_id)
@@ -199,7 +200,7 @@ class AgentStore:
         assert record is not None
         return record
 
-    def detach(self, execution_id: str) -> dict[str, Any] | None:
+    def detach(self, execution_id: str) -> ExecutionRow | None:
         """Clear the parent and every open label, and nothing else (R24)."""
         with self.catalog.transaction():
             current = self.get(execution_id)
@@ -260,7 +261,7 @@ class AgentStore:
                         queue.append(child)
         return cascade
 
-    def _archive_one(self, agent: dict[str, Any], cascade: Cascade, live: bool) -> None:
+    def _archive_one(self, agent: ExecutionRow, cascade: Cascade, live: bool) -> None:
         execution_id = agent["execution_id"]
         now = self.catalog.clock.now_ms()
         if live:
@@ -274,7 +275,7 @@ class AgentStore:
                 cascade.transitions.append(moved)
         cascade.archived.append(execution_id)
 
-    def unarchive(self, execution_id: str) -> dict[str, Any] | None:
+    def unarchive(self, execution_id: str) -> ExecutionRow | None:
         return self.catalog.update_execution(execution_id, archived_at=None)
 
     def runtime_lost(self, execution_id: str, reason: str) -> Transition | None:

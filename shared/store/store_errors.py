@@ -14,6 +14,10 @@ from pathlib import Path
 
 from tether.protocol.errors import ErrorCode, TetherError
 
+#: What a read or write of a catalog raises when SQLite refuses it (a damaged, locked or
+#: missing file, a full disk): callers outside the store catch this, never SQLite's names.
+StoreError = sqlite3.Error
+
 #: What a failing write raises: SQLite ("database or disk is full", "disk I/O error",
 #: "database is locked") or the file system (ENOSPC, EFBIG, EIO).
 STORAGE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)

@@ -30,12 +30,12 @@ from tether.protocol.results import ObserveResult, ReadResult, Result, WaitResul
 from tether.shared.cursors import CursorSigner, load_secret
 
 if TYPE_CHECKING:
-    from tether.guardian.history.inspection import Inspector
     from tether.guardian.runtime.live import LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
-    from tether.shared.catalog import Catalog
+    from tether.guardian.views.inspection import Inspector
     from tether.shared.paths import GuardianPaths
+    from tether.shared.store.catalog import Catalog
 
 ZERO_TIMEOUT_BUDGET_S = 0.25
 _RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})

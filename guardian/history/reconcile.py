@@ -1,7 +1,11 @@
 """Reconciliation after a guardian loss (SPEC R12, R13): records whose end was not observed
 become ``unknown`` (reason ``guardian_lost``, no exit code), prompt receipts whose typing
 had not finished say their delivery is ``unknown`` (R21, R22), and processes that outlived
-their guardian are reported, never adopted."""
+their guardian are reported, never adopted.
+
+The guardian that replaces a dead one runs it before it answers anything (``rpc/daemon``):
+the catalog's one writer. It says what it found in its ``hello`` (``lost_records``), which a
+front-end that started it reports in ``Initialize``."""
 
 from __future__ import annotations
 
@@ -9,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from tether.protocol.results import DELIVERY_GUARDIAN_LOST, DELIVERY_IN_PROGRESS
-from tether.shared.agent_store import AgentStore
-from tether.shared.catalog import Catalog
 from tether.shared.identity import Marked, ProcessIdentity, process_marks
 from tether.shared.segments import journal_figures
+from tether.shared.store.agent_table import AgentStore
+from tether.shared.store.catalog import Catalog
 
 #: The environment marks of every process Tether starts (R24).
 THREAD_MARK = "TETHER_THREAD_ID"
