@@ -42,6 +42,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.protocol.method_table import (
+    EXEC_INPUT,
+    EXEC_SCREEN,
+    EXEC_START,
+    EXEC_STATUS,
+    EXEC_WAIT,
+    EXEC_WAIT_TURN,
+    THREAD_RESET_SHELL,
+    Method,
+)
+
 if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): keep it light
     import mcp_types as types
 
@@ -263,13 +274,18 @@ def wait_taken(ms: int) -> None:
         recorder.wait["taken_ms"] = ms
 
 
-def phase_for_method(method: str) -> str:
+#: Guardian methods whose time is mostly a terminal's: what ran, was typed, or is on screen.
+_RUNTIME_CAPTURE = frozenset({EXEC_START, EXEC_INPUT, EXEC_STATUS, EXEC_SCREEN,
+                              THREAD_RESET_SHELL})
+
+
+def phase_for_method(method: Method[Any, Any]) -> str:
     """Which phase a guardian RPC belongs to."""
-    if method in ("exec.wait", "exec.wait_turn"):
+    if method is EXEC_WAIT or method is EXEC_WAIT_TURN:
         return "wait_sleep"
-    if method.startswith("agent."):
+    if method.name.startswith("agent."):
         return "prompt_rpc"
-    if method in ("exec.start", "exec.input", "exec.status", "exec.screen", "thread.reset_shell"):
+    if method in _RUNTIME_CAPTURE:
         return "runtime_capture"
     return "catalog"
 

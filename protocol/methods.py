@@ -1,10 +1,11 @@
-"""The RPC methods: their params models and the capability each one needs.
+"""The RPC methods' params models (each method's name, capability and result model are in
+:mod:`tether.protocol.method_table`).
 
 Limits and id patterns come from :mod:`tether.protocol.limits` (one definition each).
 
 Params models ignore unknown keys (a newer front-end may send fields an older guardian does
-not know) but validate every known field strictly. Results are plain msgpack maps whose
-shapes are documented on the guardian handler that produces them.
+not know) but validate every known field strictly. Results are the models of
+:mod:`tether.protocol.results`.
 """
 
 from __future__ import annotations
@@ -556,46 +557,6 @@ class ShutdownParams(Params):
     dry_run: bool = False  # only report what stopping would end
 
 
-#: method name -> (params model, capability it needs or None for always-available methods)
-METHODS: dict[str, tuple[type[Params], Capability | None]] = {
-    "hello": (HelloParams, None),
-    "guardian.shutdown": (ShutdownParams, None),
-    "thread.open": (ThreadOpenParams, Capability.EXEC),
-    "thread.reset_shell": (ResetShellParams, Capability.EXEC),
-    "thread.mode": (ThreadModeParams, Capability.THREAD_MODES),
-    "thread.set_mode": (ThreadSetModeParams, Capability.THREAD_MODES),
-    "exec.start": (ExecStartParams, Capability.EXEC),
-    "exec.status": (ExecStatusParams, Capability.EXEC),
-    "exec.input": (ExecInputParams, Capability.EXEC),
-    "exec.screen": (ExecScreenParams, Capability.SCREEN),
-    "exec.list": (ExecListParams, Capability.EXEC),
-    "exec.get": (ExecGetParams, Capability.EXEC),
-    "exec.read": (ExecReadParams, Capability.EXEC),
-    "exec.observe": (ExecObserveParams, Capability.OBSERVE),
-    "exec.wait": (ExecWaitParams, Capability.WAIT),
-    "exec.explain": (ExecExplainParams, Capability.RECOGNITION),
-    "exec.wait_turn": (ExecWaitTurnParams, Capability.RECOGNITION),
-    "agent.prompt": (AgentPromptParams, Capability.PROMPT_RECEIPTS),
-    "agent.receipt": (AgentReceiptParams, Capability.PROMPT_RECEIPTS),
-    "workspace.list": (WorkspaceListParams, Capability.PERSON_VIEW),
-    "exec.describe": (ExecDescribeParams, Capability.PERSON_VIEW),
-    "exec.stream": (ExecStreamParams, Capability.PERSON_VIEW),
-    "person.input": (PersonInputParams, Capability.PERSON_VIEW),
-    "agent.launch": (AgentLaunchParams, Capability.AGENT_LIFECYCLE),
-    "agent.close": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
-    "agent.resume": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
-    "agent.archive": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
-    "agent.unarchive": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
-    "agent.detach": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
-    "agent.detach_remote": (AgentDetachRemoteParams, Capability.AGENT_LIFECYCLE),
-    "agent.cancel": (AgentCancelParams, Capability.AGENT_LIFECYCLE),
-    "agent.label": (AgentLabelParams, Capability.AGENT_LIFECYCLE),
-    "agent.list": (AgentListParams, Capability.AGENT_LIFECYCLE),
-    "agent.get": (AgentTargetParams, Capability.AGENT_LIFECYCLE),
-    "agent.notifications": (AgentNotificationsParams, Capability.AGENT_LIFECYCLE),
-    "exec.ancestor": (ExecAncestorParams, Capability.AGENT_LIFECYCLE),
-}
-
 #: ``exec.wait`` events that come from a recognizer's verdict, not from the record.
 RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
 
@@ -623,11 +584,6 @@ def params_capability(method: str, params: Mapping[str, Any]) -> Capability | No
     else:
         return None
     return Capability.RECOGNITION if needs else None
-
-
-#: Methods that may be sent without naming a guardian instance: they have no side effects
-#: on terminals, so a replay to a restarted guardian (R9) cannot deliver input.
-INSTANCE_OPTIONAL = frozenset({"hello"})
 
 
 def validation_error(exc: ValidationError, what: str, source: Any = None) -> TetherError:

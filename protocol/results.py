@@ -1,8 +1,8 @@
 """The RPC methods' results: one pydantic model per method, beside the params models.
 
 The guardian builds every reply as one of these models; the front-end reads every reply
-through the same model (:data:`RESULTS`), so a shape changed on one side fails on the other
-instead of drifting. Compatibility, both ways:
+through the same model (each method's ``result`` in :mod:`tether.protocol.method_table`), so a
+shape changed on one side fails on the other instead of drifting. Compatibility, both ways:
 
 - every model keeps keys it does not know (``extra="allow"``): a newer guardian's additions
   reach a client unchanged, and an older front-end ignores them;
@@ -19,12 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
+from pydantic import BaseModel, ConfigDict, Field, with_config
 
 # typing_extensions' TypedDict: pydantic validates it before Python 3.12.
 from typing_extensions import TypedDict
-
-from tether.protocol.errors import ErrorCode, TetherError
 
 
 class Result(BaseModel):
@@ -53,7 +51,7 @@ class Result(BaseModel):
     def built(cls, wire: dict[str, Any]) -> Self:
         """A reply the guardian assembled from its own rows, sent as it is, unchecked here.
 
-        The front-end checks every reply through :func:`read_result` (a wrong shape is
+        The front-end checks every reply through ``Method.read`` (a wrong shape is
         ``protocol_mismatch`` there), so checking on this side as well only paid twice for
         the same shape: ~0.13 ms of an observe of 32 items, and ~260 short-lived objects
         for the guardian's collector. Only the top-level fields are set (nested ones stay
@@ -667,72 +665,3 @@ class AncestorResult(Result):
     execution_id: str | None = None
     thread_id: str | None = None
     workspace_root: str | None = None
-
-
-#: method name -> the model of its result (every method in ``METHODS`` has one).
-RESULTS: dict[str, type[Result]] = {
-    "hello": HelloResult,
-    "guardian.shutdown": ShutdownResult,
-    "thread.open": ThreadOpenResult,
-    "thread.reset_shell": ResetShellResult,
-    "thread.mode": ThreadModeResult,
-    "thread.set_mode": ThreadModeResult,
-    "exec.start": ExecResult,
-    "exec.status": ExecResult,
-    "exec.input": ExecResult,
-    "exec.screen": ScreenResult,
-    "exec.list": ListResult,
-    "exec.get": GetResult,
-    "exec.read": ReadResult,
-    "exec.observe": ObserveResult,
-    "exec.wait": WaitResult,
-    "exec.explain": ExplainResult,
-    "exec.wait_turn": WaitTurnResult,
-    "agent.prompt": PromptResult,
-    "agent.receipt": PromptResult,
-    "workspace.list": WorkspaceListResult,
-    "exec.describe": DescribeResult,
-    "exec.stream": StreamResult,
-    "person.input": PersonInputResult,
-    "agent.launch": AgentResult,
-    "agent.close": AgentResult,
-    "agent.resume": AgentResult,
-    "agent.unarchive": AgentResult,
-    "agent.label": AgentResult,
-    "agent.detach": AgentResult,
-    "agent.get": AgentGetResult,
-    "agent.archive": AgentArchiveResult,
-    "agent.cancel": AgentCancelResult,
-    "agent.list": AgentListResult,
-    "agent.notifications": AgentNotificationsResult,
-    "agent.detach_remote": DetachRemoteResult,
-    "exec.ancestor": AncestorResult,
-}
-
-
-def result_checker_built(method: str) -> bool:
-    """Whether ``method``'s reply model has its validator yet (built on first use)."""
-    return bool(RESULTS[method].__pydantic_complete__)
-
-
-def build_result_checker(method: str) -> None:
-    """Build ``method``'s reply model's validator now (1-2 ms, once per method), so that a
-    caller can do it while it waits for the reply instead of after it arrives."""
-    RESULTS[method].model_rebuild()
-
-
-def read_result(method: str, reply: Any) -> Result:
-    """A guardian's reply to ``method`` as its model; a reply of another shape is refused."""
-    try:
-        return RESULTS[method].model_validate(reply)
-    except ValidationError as exc:
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'result'}: {error['msg']}"
-            for error in exc.errors()[:3]
-        )
-        raise TetherError(
-            ErrorCode.PROTOCOL_MISMATCH,
-            f"the guardian's reply to {method} does not have the shape of its protocol ({where}); "
-            "the call may have acted. Restart the guardian with this version of Tether.",
-            {"method": method, "operator_action_required": True},
-        ) from None

@@ -864,16 +864,17 @@ async def _spawn_agents(workspace: Path, parents: list[str | None], tag: str) ->
     """Managed agents (``sleep``: cheap, and gone at the first hang-up) set up over RPC, with
     explicit parents as a front-end inside an execution would stamp them."""
     from tether.frontend.guardians.locator import GuardianLocator
+    from tether.protocol.method_table import AGENT_LAUNCH, THREAD_OPEN
 
     locator = GuardianLocator(Config.from_env())
     root = str(workspace)
-    opened = await locator.call(root, "thread.open", {"principal": "local", "workspace_root": root},
+    opened = await locator.call(root, THREAD_OPEN, {"principal": "local", "workspace_root": root},
                                 timeout_s=15)
     scope = {"principal": "local", "workspace_root": root, "thread_id": opened.thread_id}
     ids = []
     try:
         for i, parent in enumerate(parents):
-            data = await locator.call(root, "agent.launch", {
+            data = await locator.call(root, AGENT_LAUNCH, {
                 **scope, "provider": "command", "argv": ["sleep", "600"], "title": f"{tag}-{i}",
                 "parent_execution_id": parent, "idempotency_key": uuid.uuid4().hex}, timeout_s=15)
             ids.append(str(data.agent.execution_id))

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tether.frontend.guardians.locator import GuardianHandle, GuardianLocator, guardian_command, read_info
+from tether.protocol.method_table import THREAD_OPEN
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -185,7 +186,7 @@ async def open_thread(handle: GuardianHandle, workspace: Path) -> dict[str, Any]
     """Open a thread of the local principal in ``workspace``; returns the scope of its calls
     (principal, workspace_root, thread_id)."""
     base = {"principal": "local", "workspace_root": str(workspace)}
-    thread = await handle.call("thread.open", base, timeout_s=10)
+    thread = await handle.call(THREAD_OPEN, base, timeout_s=10)
     return {**base, "thread_id": thread.thread_id}
 
 

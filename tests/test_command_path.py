@@ -25,6 +25,7 @@ from tether.guardian.runtime.pty import ExitStatus
 from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.method_table import EXEC_GET, EXEC_LIST, EXEC_START
 from tether.protocol.methods import ExecStartParams
 from tether.protocol.results import ExecResult, ExecutionRecord
 from tether.shared.config import Config
@@ -340,7 +341,7 @@ async def test_a_draw_run_by_arriving_output_writes_on_the_next_loop_turn(
 
 async def _echo(handle: GuardianHandle, scope: dict[str, Any], word: str) -> ExecResult:
     """``echo word`` in the thread's shell, answered once it ended."""
-    done: ExecResult = await handle.call("exec.start", {
+    done: ExecResult = await handle.call(EXEC_START, {
         **scope, "command": f"echo {word}", "idempotency_key": word, "wait_ms": 5000},
         timeout_s=10)
     assert (done.execution.status, done.execution.exit_code) == ("exited", 0)
@@ -357,7 +358,7 @@ async def test_a_main_shell_command_gets_its_screen_text_after_its_end(
             ids.append(done.execution.execution_id)
 
         async def screen_of(execution_id: str) -> str:
-            got = await handle.call("exec.get", {**scope, "execution_id": execution_id},
+            got = await handle.call(EXEC_GET, {**scope, "execution_id": execution_id},
                                     timeout_s=10)
             return str(got.execution.screen_text or "")
 
@@ -396,7 +397,7 @@ async def test_an_answered_end_is_written_with_its_screen_while_the_guardian_idl
         # A request that comes next finds the end written: a listing's catalog cursor counts
         # the end it shows.
         again = await _echo(handle, scope, "listed")
-        listed = await handle.call("exec.list", {**scope, "limit": 1}, timeout_s=10)
+        listed = await handle.call(EXEC_LIST, {**scope, "limit": 1}, timeout_s=10)
         assert listed.executions[0].execution_id == again.execution.execution_id
         stored = reader.get_execution(again.execution.execution_id)
         assert stored is not None and stored["status"] == "exited"

@@ -11,6 +11,7 @@ from tests.helpers import guardian_thread
 from tether.frontend.tools import replies
 from tether.protocol.envelope import parse_response
 from tether.protocol.errors import ErrorCode, ForeignCode, TetherError
+from tether.protocol.method_table import EXEC_INPUT, EXEC_START, EXEC_STATUS
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -26,28 +27,28 @@ async def test_partial_write_is_input_incomplete_and_its_repeat_delivery_unknown
         # A program that never reads its input: the terminal's queue fills and stays full.
         start = {**scope, "command": "stty raw -echo; echo ready; exec sleep 60",
                  "background": True, "idempotency_key": "deaf", "wait_ms": 0}
-        eid = (await handle.call("exec.start", start, timeout_s=10)).execution.execution_id
+        eid = (await handle.call(EXEC_START, start, timeout_s=10)).execution.execution_id
         for _ in range(100):
-            status = await handle.call("exec.status", {**scope, "execution_id": eid,
+            status = await handle.call(EXEC_STATUS, {**scope, "execution_id": eid,
                                                        "wait_ms": 100}, timeout_s=10)
             if "ready" in status.output.text:
                 break
         typed = {**scope, "execution_id": eid, "text": CHUNK, "idempotency_key": "fill"}
         with pytest.raises(TetherError) as refused:
             # A short deadline: the guardian gives up typing just before it.
-            await handle.call("exec.input", typed, timeout_s=1.0)
+            await handle.call(EXEC_INPUT, typed, timeout_s=1.0)
         assert refused.value.code == ErrorCode.INPUT_INCOMPLETE, refused.value
         data = refused.value.data
         assert data["input_sent"] == "partial" and 0 < data["bytes_written"] < len(CHUNK)
         assert data["bytes_total"] == len(CHUNK)
         # That attempt began typing and never finished: a repeat is not sent again.
         with pytest.raises(TetherError) as repeat:
-            await handle.call("exec.input", typed, timeout_s=5)
+            await handle.call(EXEC_INPUT, typed, timeout_s=5)
         assert repeat.value.code == ErrorCode.DELIVERY_UNKNOWN
         assert repeat.value.data["input_sent"] == "unknown"
         # Other input is refused the same way, never as a missing guardian.
         with pytest.raises(TetherError) as stuck:
-            await handle.call("exec.input", {**typed, "idempotency_key": "more"}, timeout_s=1.0)
+            await handle.call(EXEC_INPUT, {**typed, "idempotency_key": "more"}, timeout_s=1.0)
         assert stuck.value.code == ErrorCode.INPUT_INCOMPLETE
         # Usually the queue is still full and nothing goes in; on a loaded machine the first
         # attempt may have stopped before filling it. Either way the reply says what happened.

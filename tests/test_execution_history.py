@@ -22,6 +22,7 @@ from tests.mcp_helpers import agent, bash, execution, initialize, read_pages, ru
 from tether.guardian.history.records import COMPACT_FIELDS, list_page, list_view
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS
+from tether.protocol.method_table import WORKSPACE_LIST
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -107,7 +108,7 @@ async def test_a_list_of_long_commands_fits_and_pages(tether_env: Config, worksp
     async with guardian_thread(tether_env, workspace) as (handle, _):
         started = time.monotonic()
         with pytest.raises(TetherError) as refused:
-            await handle.call("workspace.list", {"principal": "local",
+            await handle.call(WORKSPACE_LIST, {"principal": "local",
                                                  "workspace_root": str(workspace),
                                                  "limit": 1000}, timeout_s=30)
         assert time.monotonic() - started < 5

@@ -21,6 +21,7 @@ from tests.helpers import apoll, guardian_thread, poll, processes_with_env, star
 from tests.mcp_helpers import bash, call_error, execution, initialize, kill_front_end, read_pages, run
 from tether.protocol import codec
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.method_table import EXEC_INPUT, EXEC_LIST, EXEC_START, EXEC_STATUS
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -181,27 +182,28 @@ async def test_same_idempotency_key_delivers_once(tether_env: Config, workspace:
         # "ready" once echo is off, so the terminal's own echo cannot double the text.
         start = {**scope, "command": "stty -echo; echo ready; cat", "background": True,
                  "idempotency_key": "start-once"}
-        one = await handle.call("exec.start", start, timeout_s=10)
-        two = await handle.call("exec.start", start, timeout_s=10)
+        one = await handle.call(EXEC_START, start, timeout_s=10)
+        two = await handle.call(EXEC_START, start, timeout_s=10)
         assert one.execution.execution_id == two.execution.execution_id
         eid = one.execution.execution_id
         for _ in range(100):
-            status = await handle.call("exec.status", {**scope, "execution_id": eid,
+            status = await handle.call(EXEC_STATUS, {**scope, "execution_id": eid,
                                                        "wait_ms": 100}, timeout_s=10)
             if "ready" in status.output.text:
                 break
         typed = {**scope, "execution_id": eid, "text": "ping-once", "submit": True,
                  "idempotency_key": "type-once", "wait_ms": 500}
-        first = await handle.call("exec.input", typed, timeout_s=10)
-        again = await handle.call("exec.input", typed, timeout_s=10)
+        first = await handle.call(EXEC_INPUT, typed, timeout_s=10)
+        again = await handle.call(EXEC_INPUT, typed, timeout_s=10)
+        assert again.input is not None and first.input is not None
         assert again.input.replayed is True and "replayed" not in first.input.wire()
-        listed = await handle.call("exec.list", {**scope, "limit": 10}, timeout_s=10)
+        listed = await handle.call(EXEC_LIST, {**scope, "limit": 10}, timeout_s=10)
         assert [r.execution_id for r in listed.executions] == [eid]
-        status = await handle.call("exec.status", {**scope, "execution_id": eid, "wait_ms": 300},
+        status = await handle.call(EXEC_STATUS, {**scope, "execution_id": eid, "wait_ms": 300},
                                    timeout_s=10)
         assert status.output.text.count("ping-once") == 1
         with pytest.raises(TetherError) as conflict:
-            await handle.call("exec.input", {**typed, "text": "other"}, timeout_s=10)
+            await handle.call(EXEC_INPUT, {**typed, "text": "other"}, timeout_s=10)
         assert conflict.value.code == ErrorCode.IDEMPOTENCY_CONFLICT
         assert conflict.value.data["input_sent"] is False
 

@@ -19,6 +19,7 @@ from tests.test_modes import change_mode
 from tether.frontend.guardians.locator import GuardianLocator
 from tether.frontend.transport.mcp_server import build_server
 from tether.guardian.runtime.sandbox import landlock_abi
+from tether.protocol.method_table import EXEC_START
 from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
@@ -47,7 +48,7 @@ async def past_the_check(tether_env: Config, session: dict[str, Any], command: s
     locator = GuardianLocator(tether_env, "local")
     try:
         return await locator.call(
-            session["workspace_root"], "exec.start",
+            session["workspace_root"], EXEC_START,
             {"principal": "local", "workspace_root": session["workspace_root"],
              "thread_id": session["thread_id"], "command": command,
              "idempotency_key": os.urandom(8).hex(), "wait_ms": 10_000,

@@ -16,6 +16,7 @@ from tests.test_agent import _start_fake
 from tether.frontend.guardians.locator import GuardianLocator
 from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.method_table import EXEC_START
 from tether.protocol.methods import ModeSpec, mode_fingerprint
 from tether.shared.config import Config
 
@@ -321,12 +322,12 @@ async def test_the_guardian_refuses_input_checked_against_another_mode(
                  "idempotency_key": "k1"}
         for guard in ({}, {"mode_fingerprint": mode_fingerprint(ModeSpec())}):
             with pytest.raises(TetherError) as caught:
-                await locator.call(session["workspace_root"], "exec.start", {**start, **guard},
+                await locator.call(session["workspace_root"], EXEC_START, {**start, **guard},
                                    timeout_s=10)
             assert caught.value.code == ErrorCode.MODE_CHANGED
             assert caught.value.data == {"mode": "architect", "input_sent": False}
         checked = {"mode_fingerprint": mode_fingerprint(ModeSpec(name="architect"))}
-        done = await locator.call(session["workspace_root"], "exec.start",
+        done = await locator.call(session["workspace_root"], EXEC_START,
                                   {**start, **checked, "command": "true", "wait_ms": 5000},
                                   timeout_s=10)
         assert done.execution.exit_code == 0

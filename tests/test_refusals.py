@@ -25,7 +25,7 @@ from tether.frontend.guardians.locator import guardian_command
 from tether.frontend.tools.registry import all_tools
 from tether.frontend.transport.mcp_server import build_server
 from tether.protocol import codec
-from tether.protocol.methods import METHODS
+from tether.protocol.method_table import METHODS
 from tether.shared.config import Config
 from tether.shared.paths import guardian_paths
 
@@ -109,8 +109,8 @@ def _integer_fields(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def test_every_integer_on_either_side_has_a_range() -> None:
     schemas = {f"tool {tool.name}": tool.args_model.model_json_schema() for tool in all_tools()}
-    schemas.update({f"method {name}": model.model_json_schema()
-                    for name, (model, _) in METHODS.items()})
+    schemas.update({f"method {name}": method.params.model_json_schema()
+                    for name, method in METHODS.items()})
     checked = 0
     for owner, schema in schemas.items():
         for path, node in _integer_fields(schema):

@@ -30,6 +30,16 @@ from tether.protocol.limits import (
     MAX_PROMPT_BYTES,
     MAX_TEXT_BYTES,
 )
+from tether.protocol.method_table import (
+    AGENT_LAUNCH,
+    AGENT_LIST,
+    AGENT_PROMPT,
+    EXEC_INPUT,
+    EXEC_READ,
+    EXEC_START,
+    EXEC_STATUS,
+    EXEC_WAIT,
+)
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -110,20 +120,20 @@ async def test_the_guardian_measures_argv_and_typed_text_in_bytes_too(
     """A front-end that checks nothing (an older one, a bug) still cannot get them through."""
     async with guardian_thread(tether_env, workspace) as (handle, scope):
         with pytest.raises(TetherError) as argv:
-            await handle.call("agent.launch", {
+            await handle.call(AGENT_LAUNCH, {
                 **scope, "provider": "command", "argv": ["cat", "€" * 30000],
                 "idempotency_key": "big-argv"}, timeout_s=10)
         assert argv.value.code == ErrorCode.LIMIT_EXCEEDED, argv.value
         assert argv.value.data["size"] == 4 + 90001 and argv.value.data["field"] == "argv"
-        listed = await handle.call("agent.list", {**scope, "include_archived": True}, timeout_s=10)
+        listed = await handle.call(AGENT_LIST, {**scope, "include_archived": True}, timeout_s=10)
         assert listed.agents == []
         with pytest.raises(TetherError) as command:
-            await handle.call("exec.start", {**scope, "command": "echo " + "€" * 22000,
+            await handle.call(EXEC_START, {**scope, "command": "echo " + "€" * 22000,
                                              "idempotency_key": "big-command"}, timeout_s=10)
         assert command.value.code == ErrorCode.LIMIT_EXCEEDED, command.value
         assert "file" in command.value.message
         with pytest.raises(TetherError) as prompt:
-            await handle.call("agent.prompt", {**scope, "execution_id": "ag_x", "prompt_id": "p",
+            await handle.call(AGENT_PROMPT, {**scope, "execution_id": "ag_x", "prompt_id": "p",
                                                "text": "€" * 6000}, timeout_s=10)
         assert prompt.value.code == ErrorCode.LIMIT_EXCEEDED, prompt.value
         assert prompt.value.data["size"] == 18000
@@ -217,18 +227,18 @@ async def test_a_refused_long_line_answers_the_same_to_a_repeat(
         answers = []
         for _ in range(2):
             with pytest.raises(TetherError) as refused:
-                await handle.call("exec.input", typed, timeout_s=10)
+                await handle.call(EXEC_INPUT, typed, timeout_s=10)
             answers.append(refused.value)
         assert [a.code for a in answers] == [ErrorCode.LIMIT_EXCEEDED] * 2
         assert answers[0].message == answers[1].message
         assert answers[0].data == answers[1].data == {
             "input_sent": False, "limit": MAX_CANONICAL_LINE_BYTES, "size": 5000, "line": 1,
             "terminal_mode": "cooked"}
-        await handle.call("exec.input", {**scope, "execution_id": eid, "text": "ok",
+        await handle.call(EXEC_INPUT, {**scope, "execution_id": eid, "text": "ok",
                                          "submit": True, "idempotency_key": "ok"}, timeout_s=10)
-        await handle.call("exec.input", {**scope, "execution_id": eid, "keys": ["Ctrl-d"],
+        await handle.call(EXEC_INPUT, {**scope, "execution_id": eid, "keys": ["Ctrl-d"],
                                          "idempotency_key": "eof"}, timeout_s=10)
-        status = await handle.call("exec.status", {**scope, "execution_id": eid,
+        status = await handle.call(EXEC_STATUS, {**scope, "execution_id": eid,
                                                    "wait_ms": 10_000}, timeout_s=20)
         assert status.execution.status == "exited", status
         assert status.output.text.split()[-1] == "3"  # "ok" and its line end, nothing else
@@ -263,10 +273,10 @@ async def test_a_prompt_with_a_line_too_long_for_a_line_reader_is_refused(
 async def _line_reader(handle: GuardianHandle, scope: dict[str, Any]) -> str:
     """A background ``wc -c`` whose terminal is in line mode; its execution id."""
     start = {**scope, "command": LINE_READER, "background": True, "idempotency_key": "wc"}
-    eid = str((await handle.call("exec.start", start, timeout_s=10)).execution.execution_id)
+    eid = str((await handle.call(EXEC_START, start, timeout_s=10)).execution.execution_id)
     deadline = time.monotonic() + 15
     while True:
-        status = await handle.call("exec.status", {**scope, "execution_id": eid,
+        status = await handle.call(EXEC_STATUS, {**scope, "execution_id": eid,
                                                    "wait_ms": 200}, timeout_s=10)
         if "42" in status.output.text:
             return eid
@@ -357,8 +367,8 @@ async def test_the_guardian_refuses_an_empty_cursor(tether_env: Config, workspac
     async with guardian_thread(tether_env, workspace) as (handle, scope):
         eid = await _line_reader(handle, scope)
         for method, params in (
-            ("exec.read", {"execution_id": eid, "cursor": ""}),
-            ("exec.wait", {"execution_ids": [eid], "after": "", "timeout_ms": 0}),
+            (EXEC_READ, {"execution_id": eid, "cursor": ""}),
+            (EXEC_WAIT, {"execution_ids": [eid], "after": "", "timeout_ms": 0}),
         ):
             with pytest.raises(TetherError) as refused:
                 await handle.call(method, {**scope, **params}, timeout_s=10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jsonschema
 import pytest
@@ -16,34 +16,27 @@ from pydantic import TypeAdapter, ValidationError
 from tests.mcp_helpers import bash, call, call_error, execution, initialize, run
 from tether.frontend.tools.outputs import SHAPES, describe
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import METHODS
-from tether.protocol.results import (
-    RESULTS,
-    ExecResult,
-    ObserveResult,
-    Page,
-    PageSlice,
-    read_result,
-)
+from tether.protocol.method_table import EXEC_OBSERVE, EXEC_START, METHODS
+from tether.protocol.results import ExecResult, ObserveResult, Page, PageSlice, Result
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 
 
 def test_every_method_has_a_result_model() -> None:
-    assert set(RESULTS) == set(METHODS)
+    assert all(issubclass(method.result, Result) for method in METHODS.values())
 
 
 def test_results_of_an_older_guardian_parse_and_newer_fields_pass_through() -> None:
     older: dict[str, Any] = {
         "execution": {"execution_id": "ex_1", "status": "exited", "exit_code": 0},
         "output": {"text": "hi", "start": 0, "end": 3, "truncated": False}, "cwd": "/w"}
-    parsed = read_result("exec.start", older)
+    parsed = EXEC_START.read(older)
     assert isinstance(parsed, ExecResult) and parsed.input is None
     # Nothing added on the way through: neither by the model nor by what it sends on.
     assert parsed.wire() == parsed.model_dump(exclude_unset=True) == older
     newer = {**older, "execution": {**older["execution"], "cpu_ms": 12}, "hint": "new"}
-    again = cast(ExecResult, read_result("exec.start", newer))
+    again = EXEC_START.read(newer)
     assert again.wire() == again.model_dump(exclude_unset=True) == newer
     assert again.execution.model_extra == {"cpu_ms": 12}
 
@@ -59,14 +52,14 @@ def test_a_reply_the_guardian_built_goes_out_as_it_was_built() -> None:
     assert (built.catalog_cursor, built.completed_with_issues) == (7, True)
     assert built.model_extra == {"hint": "new"}
     # Unchecked on the guardian's side; the front-end's read of it checks it.
-    read = read_result("exec.observe", wire)
+    read = EXEC_OBSERVE.read(wire)
     assert isinstance(read, ObserveResult)
     assert (page := read.items[0]["page"]) is not None and page["text"] == "hi"
     item = wire["items"][0]
     bad_page = {**item, "page": {**item["page"], "start": "zero"}}
     for wrong in ([{"status": "ok"}], [bad_page], [{**item, "errors": [{"code": "x"}]}]):
         with pytest.raises(TetherError) as caught:
-            read_result("exec.observe", {**wire, "items": wrong})
+            EXEC_OBSERVE.read({**wire, "items": wrong})
         assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH, wrong
 
 
@@ -76,7 +69,7 @@ def test_observe_items_are_typed_maps_that_keep_what_they_do_not_name() -> None:
              "execution": {"execution_id": "ex_1", "cpu_ms": 5},
              "page": {"text": "t", "start": 0, "end": 1, "has_more": False, "next_cursor": "c",
                       "encoding": "utf-8"}, "extra": True}
-    read = read_result("exec.observe", {"items": [newer], "catalog_cursor": 1})
+    read = EXEC_OBSERVE.read({"items": [newer], "catalog_cursor": 1})
     assert isinstance(read, ObserveResult) and read.items == [newer]
     # An item's page is a Page as ReadResult has it: the same keys, the same required ones.
     assert set(PageSlice.__annotations__) == set(Page.model_fields)
@@ -92,23 +85,24 @@ def test_observe_items_are_typed_maps_that_keep_what_they_do_not_name() -> None:
 FIRST_CALL_PROBE = """
 import asyncio, sys
 import tether.frontend.guardians.locator as guardians
-from tether.protocol.results import ThreadOpenResult, result_checker_built
+from tether.protocol.method_table import THREAD_OPEN, Method
+from tether.protocol.results import ThreadOpenResult
 from tether.shared.config import Config
 
 ready_when_read = []
-read = guardians.read_result
+read = Method.read
 def spy(method, reply):
-    ready_when_read.append(result_checker_built(method))
+    ready_when_read.append(method.checker_built())
     return read(method, reply)
-guardians.read_result = spy
+Method.read = spy
 
 async def main():
     locator = guardians.GuardianLocator(Config.from_env())
     try:
         handle = await locator.handle(sys.argv[1])
-        before = result_checker_built("thread.open")
+        before = THREAD_OPEN.checker_built()
         ready_when_read.clear()
-        opened = await handle.call("thread.open", {"principal": "local",
+        opened = await handle.call(THREAD_OPEN, {"principal": "local",
                                                    "workspace_root": sys.argv[1]}, timeout_s=10)
         print(before, ready_when_read == [True], type(opened) is ThreadOpenResult,
               opened.thread_id.startswith("th_"))
@@ -130,7 +124,7 @@ def test_the_first_reply_of_a_kind_is_read_through_a_checker_built_while_it_came
 
 def test_a_reply_of_another_shape_is_refused() -> None:
     with pytest.raises(TetherError) as caught:
-        read_result("exec.start", {"execution": {"status": "exited"}})
+        EXEC_START.read({"execution": {"status": "exited"}})
     assert caught.value.code == ErrorCode.PROTOCOL_MISMATCH
     assert "exec.start" in caught.value.message
 

@@ -8,29 +8,43 @@ detach its agents whose parent is one of the archived ids — one transaction pe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.frontend.guardians.lineage import live_guardian_roots
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import AGENT_RPC_TIMEOUT_S
+from tether.protocol.method_table import AGENT_ARCHIVE, AGENT_DETACH_REMOTE
+from tether.protocol.results import AgentArchiveResult
 from tether.protocol.versions import Capability
 
 if TYPE_CHECKING:
     from tether.frontend.guardians.locator import GuardianLocator
 
 
+@dataclass(frozen=True, slots=True)
+class ArchiveOutcome:
+    """An archive with its cascade: the guardian's reply, the agents it archived, the agents
+    detached in this workspace and the others, and the other workspaces that could not be
+    asked (``{workspace_root, reason}``)."""
+
+    reply: AgentArchiveResult
+    archived: list[str]
+    detached: list[str]
+    skipped: list[dict[str, str]]
+
+
 async def archive_everywhere(
     locator: GuardianLocator, root: str, execution_id: str, thread_id: str | None = None,
-) -> dict[str, Any]:
+) -> ArchiveOutcome:
     """Archive ``execution_id`` (in ``root``) with its cascade; returns the merged outcome."""
     scope: dict[str, Any] = {"principal": locator.principal, "workspace_root": root}
     if thread_id is not None:
         scope["thread_id"] = thread_id
     reply = await locator.call(
-        root, "agent.archive", {**scope, "execution_id": execution_id}, timeout_s=AGENT_RPC_TIMEOUT_S)
-    data: dict[str, Any] = reply.wire()
-    archived = list(data["archived"])
-    detached = list(data["detached"])
+        root, AGENT_ARCHIVE, {**scope, "execution_id": execution_id}, timeout_s=AGENT_RPC_TIMEOUT_S)
+    archived = list(reply.archived)
+    detached = list(reply.detached)
     skipped: list[dict[str, str]] = []
     for other in live_guardian_roots(locator):
         if other == root:
@@ -41,7 +55,7 @@ async def archive_everywhere(
                 skipped.append({"workspace_root": other, "reason": "capability_missing"})
                 continue
             remote = await handle.call(
-                "agent.detach_remote",
+                AGENT_DETACH_REMOTE,
                 {"principal": locator.principal, "workspace_root": other, "parent_workspace": root,
                  "parent_ids": archived},
                 timeout_s=AGENT_RPC_TIMEOUT_S,
@@ -50,7 +64,4 @@ async def archive_everywhere(
             skipped.append({"workspace_root": other, "reason": err.code.value})
             continue
         detached.extend(remote.detached)
-    result = {**data, "archived": archived, "detached": detached}
-    if skipped:
-        result["other_workspaces_skipped"] = skipped
-    return result
+    return ArchiveOutcome(reply, archived, detached, skipped)

@@ -30,6 +30,7 @@ import psutil
 
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import MAX_ANCESTORS
+from tether.protocol.method_table import EXEC_ANCESTOR
 from tether.protocol.versions import Capability
 from tether.shared.identity import ProcessIdentity
 
@@ -123,7 +124,7 @@ class Lineage:
                 if str(Capability.AGENT_LIFECYCLE) not in handle.capabilities:
                     continue  # an older guardian cannot answer; its executions stay unknown
                 found = await handle.call(
-                    "exec.ancestor",
+                    EXEC_ANCESTOR,
                     {"principal": locator.principal, "workspace_root": root,
                      "ancestors": [list(a) for a in chain]},
                     timeout_s=LOOKUP_TIMEOUT_S,

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import filelock
 from pydantic import ValidationError
@@ -31,13 +31,9 @@ from tether.frontend import usage
 from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
-from tether.protocol.methods import METHODS, params_capability
-from tether.protocol.results import (
-    HelloResult,
-    build_result_checker,
-    read_result,
-    result_checker_built,
-)
+from tether.protocol.method_table import HELLO, THREAD_OPEN, Method
+from tether.protocol.methods import Params, params_capability
+from tether.protocol.results import HelloResult, Result
 from tether.protocol.transport import REPLY_GRACE_S, GuardianClient
 from tether.protocol.versions import MAJOR, Capability, Version, known_minor_versions, minor_introducing
 from tether.shared.config import Config
@@ -51,17 +47,9 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 15.0
 HELLO_TIMEOUT_S = 3.0
-#: Methods that put nothing into a terminal: safe to retry on a restarted guardian.
-_READ_ONLY = frozenset(
-    {"hello", "thread.open", "exec.status", "exec.screen", "exec.list", "exec.get",
-     "exec.read", "exec.observe", "exec.wait", "exec.explain", "exec.wait_turn", "agent.receipt",
-     "workspace.list", "exec.describe", "exec.stream",
-     "thread.mode", "thread.set_mode",
-     "agent.list", "agent.get", "agent.notifications", "exec.ancestor"}
-)
 
-#: Methods that type text into a terminal (``send_text``, a prompt).
-_TYPES_TEXT = frozenset({"exec.input", "agent.prompt"})
+P = TypeVar("P", bound=Params)
+R = TypeVar("R", bound=Result)
 
 
 class Liveness:
@@ -226,14 +214,14 @@ class GuardianHandle:
             },
         )
 
-    def admit(self, method: str, params: dict[str, Any]) -> None:
+    def admit(self, method: Method[Any, Any], params: dict[str, Any]) -> None:
         """Every refusal due before ``method`` is sent: a capability the method or its params
         need (R8), and a guardian that is stopped (it could not answer)."""
-        self.require(METHODS[method][1])
-        needed = params_capability(method, params)
+        self.require(method.capability)
+        needed = params_capability(method.name, params)
         self.require(needed, "A detection page, or a recognizer's event, is a recognition "
                      "verdict. " if needed == Capability.RECOGNITION else "")
-        text = params.get("text") if method in _TYPES_TEXT else None
+        text = params.get("text") if method.types_text else None
         if isinstance(text, str) and Capability.LINE_LIMITS not in self.capabilities and (
                 found := long_line(text)) is not None:
             # Without line_limits the guardian cannot say whether the program reads whole
@@ -252,21 +240,32 @@ class GuardianHandle:
         if self.stopped():
             raise stopped(self.info, self.workspace_root)
 
-    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
-        """Call ``method``; the reply comes back as its model (``protocol.results.RESULTS``)."""
+    async def call(self, method: Method[P, R], params: dict[str, Any], *,
+                   timeout_s: float) -> R:
+        """Call ``method`` with its params as a wire map (the guardian validates them against
+        ``method.params``: a model built here as well would check every call twice); the
+        reply comes back as ``method.result``, checked."""
         self.admit(method, params)
-        if result_checker_built(method):
-            return read_result(method, await self.client.call(method, params, timeout_s=timeout_s))
+        name = method.name
+        if method.checker_built():
+            return method.read(await self.client.call(name, params, timeout_s=timeout_s))
         # The first reply of this kind: its model's validator is built while the guardian
         # works on the request (1-2 ms once per method, which came on top of the call).
-        sent = asyncio.ensure_future(self.client.call(method, params, timeout_s=timeout_s))
+        sent = asyncio.ensure_future(self.client.call(name, params, timeout_s=timeout_s))
         try:
             await asyncio.sleep(0)  # the request goes out
-            build_result_checker(method)
-            return read_result(method, await sent)
+            method.build_checker()
+            return method.read(await sent)
         except BaseException:
             sent.cancel()  # a caller cancelled meanwhile leaves no call behind
             raise
+
+
+async def ask(client: GuardianClient, method: Method[P, R], params: dict[str, Any], *,
+              timeout_s: float) -> R:
+    """Call ``method`` on a bare client (no handshake, no capability check: a person's
+    ``tether guardians`` asking a guardian to stop); the reply as ``method.result``."""
+    return method.read(await client.call(method.name, params, timeout_s=timeout_s))
 
 
 class GuardianLocator:
@@ -316,15 +315,16 @@ class GuardianLocator:
             return found
 
     async def call(
-        self, workspace_root: str, method: str, params: dict[str, Any], *, timeout_s: float
-    ) -> Any:
+        self, workspace_root: str, method: Method[P, R], params: dict[str, Any], *,
+        timeout_s: float,
+    ) -> R:
         """Call a guardian method; on a lost guardian, re-locate and retry reads once."""
         thread_id = params.get("thread_id")
         with usage.phase("admission"):
             try:
                 handle = await self.handle(workspace_root, thread_id)
             except TetherError as err:
-                if err.code == ErrorCode.SESSION_MISMATCH and method == "thread.open":
+                if err.code == ErrorCode.SESSION_MISMATCH and method is THREAD_OPEN:
                     # Reattaching to an unknown thread: what a running guardian would say.
                     raise TetherError(ErrorCode.NOT_FOUND, err.message, err.data) from None
                 raise
@@ -342,11 +342,11 @@ class GuardianLocator:
                 # to be started; whether input arrived is unknown, as the error said.
                 raise unresponsive(handle.paths, handle.info, workspace_root,
                                    waited_s=timeout_s + REPLY_GRACE_S,
-                                   input_sent=False if method in _READ_ONLY else
+                                   input_sent=False if method.read_only else
                                    sent if sent is not None else "unknown") from None
             # Retry on the (possibly new) guardian only what cannot deliver input twice:
             # reads, and requests that provably never reached a guardian.
-            if method not in _READ_ONLY and sent is not False:
+            if not method.read_only and sent is not False:
                 raise
             self.forget(workspace_root)
             handle = await self.handle(workspace_root, thread_id)
@@ -443,7 +443,7 @@ class GuardianLocator:
         asked = time.monotonic()
         try:
             hello = await client.call(
-                "hello",
+                HELLO.name,
                 {"client_min": [MAJOR, 0], "client_max": [version.major, version.minor]},
                 timeout_s=HELLO_TIMEOUT_S,
             )

@@ -15,12 +15,12 @@ import filelock
 import psutil
 
 from tether.frontend.guardians.health import process_status
-from tether.frontend.guardians.locator import START_TIMEOUT_S, GuardianLocator, read_info
+from tether.frontend.guardians.locator import START_TIMEOUT_S, GuardianLocator, ask, read_info
 from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.doctor import lock_holders
 from tether.frontend.person.term import Progress, visible
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.results import HelloResult, ShutdownResult, read_result
+from tether.protocol.method_table import GUARDIAN_SHUTDOWN, HELLO
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import Version
 from tether.shared.config import Config
@@ -58,10 +58,8 @@ async def _shutdown(info: dict[str, Any], *, dry_run: bool) -> list[str]:
     client = GuardianClient(info["endpoint"], info["auth_token"], version=Version(1, 0),
                             instance_id=info["instance_id"])
     try:
-        reply = await client.call(
-            "guardian.shutdown", {"reason": "tether guardians", "dry_run": dry_run}, timeout_s=5)
-        result = read_result("guardian.shutdown", reply)
-        assert isinstance(result, ShutdownResult)
+        result = await ask(client, GUARDIAN_SHUTDOWN,
+                           {"reason": "tether guardians", "dry_run": dry_run}, timeout_s=5)
         return list(result.running_executions)
     finally:
         client.close()
@@ -71,8 +69,7 @@ async def _answers(info: dict[str, Any]) -> bool:
     """Whether the guardian answers a handshake within a moment."""
     client = GuardianClient(info["endpoint"], info["auth_token"], version=Version(1, 0))
     try:
-        hello = read_result("hello", await client.call("hello", {}, timeout_s=ANSWER_TIMEOUT_S))
-        assert isinstance(hello, HelloResult)
+        hello = await ask(client, HELLO, {}, timeout_s=ANSWER_TIMEOUT_S)
         return bool(hello.instance_id == info["instance_id"])
     except TetherError:
         return False

@@ -20,11 +20,12 @@ from typing import Any
 
 from tether.frontend.guardians.agent_tree import archive_everywhere
 from tether.frontend.guardians.locator import GuardianLocator, read_info
-from tether.frontend.person.connect import workspace_arg
+from tether.frontend.person.connect import as_data, workspace_arg
 from tether.frontend.person.term import table, visible
 from tether.frontend.tools.agent_lifecycle import agent_line
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import AGENT_RPC_TIMEOUT_S, MAX_AGENT_LIST
+from tether.protocol.method_table import AGENT_DETACH, AGENT_LIST
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import canonical_workspace, guardian_paths
@@ -98,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             info = read_info(guardian_paths(config, "local", root))
             ident = ProcessIdentity.from_dict(info) if info else None
             if ident is not None and ident.alive():
-                data = await locator.call(root, "agent.list", {
+                listed = await locator.call(root, AGENT_LIST, {
                     **scope, "include_archived": args.all, "limit": MAX_AGENT_LIST},
                     timeout_s=AGENT_RPC_TIMEOUT_S)
-                agents = list(data.wire()["agents"])
+                agents = list(as_data(listed)["agents"])  # printed as they came
             else:
                 try:
                     agents = _offline_agents(config, root, args.all)
@@ -118,13 +119,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no agents in {visible(root)}")
             return 0
         if args.command == "detach":
-            data = await locator.call(root, "agent.detach", {
+            detached = await locator.call(root, AGENT_DETACH, {
                 **scope, "execution_id": args.execution_id}, timeout_s=AGENT_RPC_TIMEOUT_S)
-            print(f"detached: {visible(agent_line(data.wire()['agent']))}")  # has its title
+            print(f"detached: {visible(agent_line(as_data(detached)['agent']))}")  # has its title
             return 0
-        data = await archive_everywhere(locator, root, args.execution_id)
-        print(f"archived: {visible(', '.join(data['archived']))}")
-        print(f"detached: {visible(', '.join(data['detached']) or 'none')}")
+        done = await archive_everywhere(locator, root, args.execution_id)
+        print(f"archived: {visible(', '.join(done.archived))}")
+        print(f"detached: {visible(', '.join(done.detached) or 'none')}")
         return 0
 
     try:

@@ -41,6 +41,8 @@ from tether.frontend.person.offline import OnDisk
 from tether.frontend.person.term import Progress, visible, width
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_STREAM_BYTES, MAX_TEXT_BYTES, RPC_SLACK_S
+from tether.protocol.method_table import EXEC_STREAM, PERSON_INPUT
+from tether.protocol.results import StreamResult, StreamScreen
 from tether.shared.config import Config
 
 #: Batching of live output: once output has started, a reply waits a moment for more (up to
@@ -113,21 +115,21 @@ def _cut(line: str, cols: int) -> str:
     return "".join(out)
 
 
-def paint(screen: dict[str, Any], person: Size, status: str) -> bytes:
+def paint(screen: StreamScreen, person: Size, status: str) -> bytes:
     """Clear the person's terminal and draw the execution's screen, cursor last.
 
     With more rows than the execution, the last row shows ``status`` and a scroll region keeps
     the mirror's scrolling above it; otherwise the bottom of the screen is drawn and the
     status goes to the window title only.
     """
-    rows = int(screen["rows"])
-    lines = list(screen["lines"])[:rows]
+    rows = screen.rows
+    lines = list(screen.lines)[:rows]
     parts = ["\x1b[0m\x1b[r\x1b[H\x1b[2J", f"\x1b]2;{status}\x07"]
     if person.rows > rows:
         # DECSTBM homes the cursor: set it before anything is drawn.
         parts.append(f"\x1b[1;{rows}r")
         parts.append(f"\x1b[{person.rows};1H\x1b[7m{_cut(status, person.cols)}\x1b[0m")
-    row, col = screen.get("cursor_row"), screen.get("cursor_col")
+    row, col = screen.cursor_row, screen.cursor_col
     # A smaller terminal shows the rows down to the cursor (or to the last text).
     bottom = row if isinstance(row, int) else max(
         (i for i, line in enumerate(lines) if line.strip()), default=0)
@@ -158,7 +160,7 @@ class Attach:
         self.exec_size = Size(0, 0)
         self.detached = asyncio.Event()
         self.typed: asyncio.Queue[bytes] = asyncio.Queue()
-        self.final: dict[str, Any] | None = None
+        self.final: StreamResult | None = None
         self.behind = False  # bytes were dropped unseen: repaint once caught up
         # Bytes for the person's terminal, in order, written by one task (see _writer).
         self._ahead: deque[bytes] = deque()
@@ -231,23 +233,27 @@ class Attach:
             text += f"; sizes differ: execution {self.exec_size}, terminal {person}"
         return text
 
-    async def repaint(self) -> dict[str, Any]:
-        got = await self.entry.call("exec.stream", {"execution_id": self.execution_id,
-                                                    "screen": True})
+    async def repaint(self) -> StreamResult:
+        got = await self.entry.call(EXEC_STREAM, {"execution_id": self.execution_id,
+                                                  "screen": True})
         self.epoch += 1
         self.behind = False
-        screen = got["screen"]
-        self.exec_size = Size(int(screen["rows"]), int(screen["cols"]))
-        self._discard_queued()  # all before got["end"]: the paint draws its effect
-        self.offset = int(got["end"])
+        screen = got.screen
+        if screen is None:  # asked for: a guardian that leaves it out breaks the protocol
+            raise TetherError(ErrorCode.PROTOCOL_MISMATCH,
+                              f"the guardian's reply to {EXEC_STREAM.name} with screen has no "
+                              "screen; restart the guardian with this version of Tether")
+        self.exec_size = Size(screen.rows, screen.cols)
+        self._discard_queued()  # all before got.end: the paint draws its effect
+        self.offset = got.end
         self._queue(paint(screen, terminal_size(self.out_fd), self._status()))
-        return dict(got)
+        return got
 
-    def _fetch(self, last_size: int = 0) -> tuple[int, asyncio.Task[Any]]:
+    def _fetch(self, last_size: int = 0) -> tuple[int, asyncio.Task[StreamResult]]:
         """Ask for the output after ``self.offset``; tagged with the epoch it was asked in."""
         linger = LINGER_POUR_MS if last_size >= POURING_BYTES else LINGER_TRICKLE_MS
         return self.epoch, asyncio.get_running_loop().create_task(self.entry.call(
-            "exec.stream", {"execution_id": self.execution_id, "offset": self.offset,
+            EXEC_STREAM, {"execution_id": self.execution_id, "offset": self.offset,
                             "max_bytes": MAX_STREAM_BYTES, "timeout_ms": FOLLOW_WAIT_MS,
                             "min_bytes": BATCH_BYTES, "linger_ms": linger},
             timeout_s=FOLLOW_WAIT_MS / 1000 + RPC_SLACK_S))
@@ -263,7 +269,7 @@ class Attach:
         screen, which would slow the program itself.
         """
         first = await self.repaint()
-        if first["status"] != "running" or not first["live"]:
+        if first.status != "running" or not first.live:
             self.final = first
             return
         epoch, pending = self._fetch()
@@ -273,22 +279,21 @@ class Attach:
                 if epoch != self.epoch:  # asked before a repaint, which drew all that
                     epoch, pending = self._fetch()
                     continue
-                if (int(got["rows"]), int(got["cols"])) != \
-                        (self.exec_size.rows, self.exec_size.cols):
+                if (got.rows, got.cols) != (self.exec_size.rows, self.exec_size.cols):
                     await self.repaint()
                     epoch, pending = self._fetch()
                     continue
-                self.behind = self.behind or bool(got["gap"])
-                self.offset = int(got["end"])
-                caught_up = self.offset >= int(got["journal_end"])
-                ended = caught_up and got["status"] != "running"
+                self.behind = self.behind or bool(got.gap)
+                self.offset = got.end
+                caught_up = self.offset >= got.journal_end
+                ended = caught_up and got.status != "running"
                 if not ended:
-                    epoch, pending = self._fetch(len(got["data"]))
-                self._queue(got["data"])
+                    epoch, pending = self._fetch(len(got.data))
+                self._queue(got.data)
                 await self._room.wait()  # a terminal far behind: stop fetching ahead
                 # Repaint once the output calms down (or ends), not at every momentary catch-up
                 # while it still pours: each repaint makes the guardian emulate the screen.
-                calm = len(got["data"]) < POURING_BYTES or ended
+                calm = len(got.data) < POURING_BYTES or ended
                 if caught_up and calm and self.behind and epoch == self.epoch:
                     if not ended:
                         pending.cancel()
@@ -297,7 +302,7 @@ class Attach:
                         epoch, pending = self._fetch()
                 if ended:
                     await self._idle.wait()  # everything shown before the farewell
-                    self.final = dict(got)
+                    self.final = got
                     return
         finally:
             pending.cancel()
@@ -329,7 +334,7 @@ class Attach:
                 data += self.typed.get_nowait()
             for start in range(0, len(data), MAX_TEXT_BYTES):
                 try:
-                    await self.entry.call("person.input", {
+                    await self.entry.call(PERSON_INPUT, {
                         "execution_id": self.execution_id,
                         "data": data[start:start + MAX_TEXT_BYTES],
                         "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
@@ -386,12 +391,12 @@ class Attach:
         detached, EXIT_UNKNOWN when it ended without one (the farewell line says which)."""
         if self.detached.is_set():
             return EXIT_DETACHED
-        code = None if self.final is None else self.final.get("exit_code")
+        code = None if self.final is None else self.final.exit_code
         return code if isinstance(code, int) and 0 <= code <= 255 else EXIT_UNKNOWN
 
     async def _drain_typed(self) -> None:
         while not self.typed.empty():
-            await self.entry.call("person.input", {
+            await self.entry.call(PERSON_INPUT, {
                 "execution_id": self.execution_id, "data": self.typed.get_nowait(),
                 "attach_id": self.attach_id, "idempotency_key": secrets.token_hex(16)})
 
@@ -406,10 +411,10 @@ class Attach:
         elif self.detached.is_set() or self.final is None:
             what = f"detached from {self.execution_id}; it keeps running"
         else:
-            code = self.final.get("exit_code")
-            what = f"{self.execution_id} {self.final['status']}" + (
+            code = self.final.exit_code
+            what = f"{self.execution_id} {self.final.status}" + (
                 f" with exit code {code}" if code is not None else "") + (
-                f" ({self.final['reason']})" if self.final.get("reason") else "")
+                f" ({self.final.reason})" if self.final.reason else "")
         # ``what`` may quote a guardian's error (paths an agent chose): made visible.
         return (f"\x1b[0m\x1b[r\x1b[{terminal_size(self.out_fd).rows};1H\r\n"
                 f"[tether: {visible(what)}]\r\n").encode()
@@ -471,9 +476,9 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(f"looking for {args.execution_id}"):
                 entry, described = await find_execution(
                     found, args.execution_id, config=config, workspace=args.workspace)
-            if args.write and not described["live"]:
+            if args.write and not described.live:
                 raise TetherError(ErrorCode.NOT_RUNNING,
-                                  f"{args.execution_id} is {described['execution']['status']}; "
+                                  f"{args.execution_id} is {described.execution.status}; "
                                   "there is nothing to type into", {"input_sent": False})
             session = Attach(entry, args.execution_id, write=args.write, detach_key=detach,
                              in_fd=in_fd, out_fd=out_fd)

@@ -19,7 +19,9 @@ from tether.frontend.person.offline import OnDisk, find_on_disk
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import RPC_SLACK_S
-from tether.protocol.results import Result
+from tether.protocol.method_table import EXEC_DESCRIBE, Method
+from tether.protocol.methods import Params
+from tether.protocol.results import DescribeResult, Result
 from tether.protocol.versions import Capability, minor_introducing
 from tether.shared.clock import Clock
 from tether.shared.config import Config
@@ -29,6 +31,15 @@ from tether.shared.paths import GuardianPaths, canonical_workspace, ensure_priva
 #: How long ``tether tail -f`` and ``tether attach`` ask the guardian to wait for output.
 FOLLOW_WAIT_MS = 10_000
 T = TypeVar("T")
+P = TypeVar("P", bound=Params)
+R = TypeVar("R", bound=Result)
+
+
+def as_data(reply: Result) -> dict[str, Any]:
+    """A reply as a person's command prints it (``--json``, or every field of a record): the
+    fields the guardian sent, as it sent them. The one place a person's view makes a map of a
+    reply; the map is a new one at the top."""
+    return dict(reply.wire())
 
 
 @dataclass
@@ -50,16 +61,13 @@ class Found:
         return {"principal": self.info.get("principal") or "local",
                 "workspace_root": self.info.get("workspace_root")}
 
-    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = RPC_SLACK_S
-                   ) -> Any:
+    async def call(self, method: Method[P, R], params: dict[str, Any], *,
+                   timeout_s: float = RPC_SLACK_S) -> R:
         if self.handle is None:
             raise self.error or TetherError(ErrorCode.GUARDIAN_UNAVAILABLE,
                                             f"the guardian of {self.workspace} is not running")
         self.handle.require(Capability.PERSON_VIEW)
-        # Read through the method's result model, then handed to the person's views as data.
-        reply: Result = await self.handle.call(method, {**self.scope(), **params},
-                                               timeout_s=timeout_s)
-        return reply.wire()
+        return await self.handle.call(method, {**self.scope(), **params}, timeout_s=timeout_s)
 
 
     async def watch(self, interval_s: float = 0.5) -> None:
@@ -167,7 +175,7 @@ async def guardians(config: Config, workspace: str | None = None, *,
 
 
 async def find_execution(found: list[Found], execution_id: str, *, config: Config,
-                         workspace: str | None = None) -> tuple[Found | OnDisk, dict[str, Any]]:
+                         workspace: str | None = None) -> tuple[Found | OnDisk, DescribeResult]:
     """The guardian holding ``execution_id`` and its ``exec.describe``; or, when no running
     guardian holds it, the record on disk of a guardian that is gone (``OnDisk``).
 
@@ -190,7 +198,7 @@ async def find_execution(found: list[Found], execution_id: str, *, config: Confi
             too_old.append(entry)
             continue
         try:
-            return entry, await entry.call("exec.describe", {"execution_id": execution_id})
+            return entry, await entry.call(EXEC_DESCRIBE, {"execution_id": execution_id})
         except TetherError as err:
             if err.code in silent:
                 unasked.append(err)  # silent meanwhile: another guardian may still hold it
@@ -202,7 +210,7 @@ async def find_execution(found: list[Found], execution_id: str, *, config: Confi
                                       workspace=canonical_workspace(workspace) if workspace
                                       else None)
     if on_disk is not None:
-        return on_disk, await on_disk.call("exec.describe", {"execution_id": execution_id})
+        return on_disk, await on_disk.call(EXEC_DESCRIBE, {"execution_id": execution_id})
     if unasked:
         first = unasked[0]
         more = f" ({len(unasked) - 1} more guardians did not answer either)" if unasked[1:] else ""

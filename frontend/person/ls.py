@@ -15,11 +15,12 @@ from typing import Any
 
 import psutil
 
-from tether.frontend.person.connect import Found, guardians, run_cli, workspace_arg
+from tether.frontend.person.connect import Found, as_data, guardians, run_cli, workspace_arg
 from tether.frontend.person.offline import list_on_disk
 from tether.frontend.person.term import Progress, table, visible
 from tether.protocol.errors import TetherError
 from tether.protocol.limits import MAX_WORKSPACE_LIST
+from tether.protocol.method_table import WORKSPACE_LIST
 from tether.shared.config import Config
 from tether.shared.store.store_errors import StoreError
 
@@ -83,7 +84,7 @@ async def collect(config: Config, workspace: str | None, limit: int) -> list[dic
                 item.update(await gone(entry, limit))
             else:
                 try:
-                    listing = await entry.call("workspace.list", {"limit": limit})
+                    listing = as_data(await entry.call(WORKSPACE_LIST, {"limit": limit}))
                     item.update(threads=listing["threads"], executions=listing["executions"],
                                 counts=listing["counts"])
                 except TetherError as err:
@@ -98,11 +99,12 @@ async def gone(entry: Found, limit: int) -> dict[str, Any]:
     the exit status and for scripts that look for it."""
     catalog = entry.paths.state / "catalog.sqlite3"
     try:
-        listing = await asyncio.to_thread(list_on_disk, entry.paths.state, entry.scope(), limit)
+        found = await asyncio.to_thread(list_on_disk, entry.paths.state, entry.scope(), limit)
     except (StoreError, OSError, ValueError) as err:
         why = f"its catalog {catalog} could not be read ({err})"
     else:
-        if listing is not None:
+        if found is not None:
+            listing = as_data(found)
             return {"threads": listing["threads"], "executions": listing["executions"],
                     "counts": listing["counts"], "source": "disk",
                     "error": {"code": "guardian_gone",

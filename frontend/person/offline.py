@@ -15,10 +15,11 @@ import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.results import DescribeResult, StreamResult, WorkspaceListResult
+from tether.protocol.method_table import EXEC_DESCRIBE, EXEC_STREAM, Method
+from tether.protocol.results import DescribeResult, Result, StreamResult, WorkspaceListResult
 from tether.shared.config import Config
 from tether.shared.segments import Segment, journal_figures, scan_segments, window
 from tether.shared.store.rows import TERMINAL_STATUSES
@@ -54,7 +55,10 @@ def client_view(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in hidden}
 
 
-def list_on_disk(state: Path, scope: dict[str, Any], limit: int) -> dict[str, Any] | None:
+R = TypeVar("R", bound=Result)
+
+
+def list_on_disk(state: Path, scope: dict[str, Any], limit: int) -> WorkspaceListResult | None:
     """What ``workspace.list`` would answer for the guardian whose state directory is
     ``state``, read from the catalog it left: records as they are on disk, those it left
     running shown as reconciliation will record them, and every thread without a shell (its
@@ -79,7 +83,7 @@ def list_on_disk(state: Path, scope: dict[str, Any], limit: int) -> dict[str, An
         **scope, "catalog_cursor": found["catalog_cursor"], "counts": counts,
         "threads": [{**t, "shell_alive": False, "shell_busy": False} for t in found["threads"]],
         "executions": [client_view(record) for record in found["executions"]],
-    }).wire()
+    })
 
 
 @dataclass
@@ -121,11 +125,13 @@ class OnDisk:
     def _segments(self) -> list[Segment]:
         return scan_segments(self.state / "journals", str(self.found["execution"]["execution_id"]))
 
-    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float = 0) -> Any:
-        if method == "exec.describe":
-            return self._describe()
-        if method == "exec.stream":
-            return self._stream(params)
+    async def call(self, method: Method[Any, R], params: dict[str, Any], *,
+                   timeout_s: float = 0) -> R:
+        # The two methods a record on disk can answer; their models are these methods'.
+        if method is EXEC_DESCRIBE:
+            return cast(R, self._describe())
+        if method is EXEC_STREAM:
+            return cast(R, self._stream(params))
         raise TetherError(ErrorCode.NOT_RUNNING,
                           f"{self.found['execution']['execution_id']} is not held by a running "
                           "guardian; nothing can be typed into it", {"input_sent": False})
@@ -134,17 +140,16 @@ class OnDisk:
         """Return never: there is no guardian to lose."""
         await asyncio.Event().wait()
 
-    def _describe(self) -> dict[str, Any]:
+    def _describe(self) -> DescribeResult:
         view = client_view(self.found["execution"])
-        described = DescribeResult.model_validate({
+        return DescribeResult.model_validate({
             "execution": view, "thread": self.found["thread"], "live": False,
             "receipts": self.found["receipts"], "agent_events": self.found["agent_events"],
-            "person_events": self.found["person_events"]}).wire()
-        described["from_disk"] = {"catalog": str(self.catalog), "status_in_catalog": self.was,
-                                  "note": self.note()}
-        return dict(described)
+            "person_events": self.found["person_events"],
+            "from_disk": {"catalog": str(self.catalog), "status_in_catalog": self.was,
+                          "note": self.note()}})
 
-    def _stream(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _stream(self, params: dict[str, Any]) -> StreamResult:
         record = self.found["execution"]
         segments = self._segments()
         start, end = window(segments)
@@ -157,7 +162,7 @@ class OnDisk:
                       "cursor_row": None, "cursor_col": None, "rows": figures["rows"],
                       "cols": figures["cols"], "alternate": False, "title": ""}
             return StreamResult.model_validate({**figures, "screen": screen, "data": b"",
-                                                "start": end, "end": end, "gap": 0}).wire()
+                                                "start": end, "end": end, "gap": 0})
         asked = params.get("offset")
         offset = start if asked is None else int(asked)
         if offset > end:
@@ -168,7 +173,7 @@ class OnDisk:
         offset = max(offset, start)
         data = read_range(segments, offset, min(end, offset + int(params.get("max_bytes") or 0)))
         return StreamResult.model_validate({**figures, "data": data, "start": offset,
-                                            "end": offset + len(data), "gap": gap}).wire()
+                                            "end": offset + len(data), "gap": gap})
 
 
 def read_range(segments: list[Segment], offset: int, stop: int) -> bytes:

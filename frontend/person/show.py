@@ -7,7 +7,13 @@ import json
 import time
 from typing import Any
 
-from tether.frontend.person.connect import find_execution, guardians, run_cli, workspace_arg
+from tether.frontend.person.connect import (
+    as_data,
+    find_execution,
+    guardians,
+    run_cli,
+    workspace_arg,
+)
 from tether.frontend.person.ls import age
 from tether.frontend.person.term import Progress, visible
 from tether.shared.config import Config
@@ -98,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         config = Config.from_env()
         with Progress(f"looking for {args.execution_id}"):
             async with guardians(config, args.workspace) as found:
-                entry, data = await find_execution(found, args.execution_id, config=config,
-                                                   workspace=args.workspace)
+                entry, described = await find_execution(found, args.execution_id,
+                                                        config=config, workspace=args.workspace)
+        data = as_data(described)
         data["guardian"] = {"workspace_root": entry.workspace,
                             "instance_id": entry.info.get("instance_id")}
         print(json.dumps(data, indent=2, default=str) if args.json

@@ -13,18 +13,21 @@ import argparse
 import os
 import re
 import sys
-from typing import Any
 
 from tether.frontend.person.connect import (
     FOLLOW_WAIT_MS,
+    Found,
     find_execution,
     guardians,
     run_cli,
     watched,
     workspace_arg,
 )
+from tether.frontend.person.offline import OnDisk
 from tether.frontend.person.term import Progress, visible
 from tether.protocol.limits import MAX_STREAM_BYTES, RPC_SLACK_S
+from tether.protocol.method_table import EXEC_STREAM
+from tether.protocol.results import StreamResult
 from tether.shared.config import Config
 
 _ESCAPES = re.compile(
@@ -98,28 +101,28 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-async def tail(entry: Any, execution_id: str, *, follow: bool, last_bytes: int | None,
-               out: Output) -> dict[str, Any]:
+async def tail(entry: Found | OnDisk, execution_id: str, *, follow: bool,
+               last_bytes: int | None, out: Output) -> StreamResult:
     """Print the retained output (the last ``last_bytes`` of it), then follow; returns the
     final stream figures."""
     offset = 0  # from the very first byte: what retention dropped is reported as a gap
     if last_bytes is not None:
-        head = await entry.call("exec.stream", {"execution_id": execution_id, "max_bytes": 1})
-        offset = max(0, head["journal_end"] - last_bytes)
+        head = await entry.call(EXEC_STREAM, {"execution_id": execution_id, "max_bytes": 1})
+        offset = max(0, head.journal_end - last_bytes)
     while True:
         wait = FOLLOW_WAIT_MS if follow else 0
-        got = await entry.call("exec.stream", {
+        got = await entry.call(EXEC_STREAM, {
             "execution_id": execution_id, "offset": offset, "max_bytes": MAX_STREAM_BYTES,
             "timeout_ms": wait, "min_bytes": 64 * 1024, "linger_ms": 10},
             timeout_s=wait / 1000 + RPC_SLACK_S)
-        if got["gap"]:
-            out.gap(got["gap"])
-        if got["data"]:
-            out.write(got["data"])
-        offset = got["end"]
-        caught_up = offset >= got["journal_end"]
-        if caught_up and (not follow or got["status"] != "running"):
-            return dict(got)
+        if got.gap:
+            out.gap(got.gap)
+        if got.data:
+            out.write(got.data)
+        offset = got.end
+        caught_up = offset >= got.journal_end
+        if caught_up and (not follow or got.status != "running"):
+            return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 out.close()
         if args.follow:
-            code = final["exit_code"]
-            print(visible(f"[tether: {args.execution_id} {final['status']}"
+            code = final.exit_code
+            print(visible(f"[tether: {args.execution_id} {final.status}"
                           + (f", exit code {code}" if code is not None else "")
-                          + (f" ({final['reason']})" if final.get("reason") else "") + "]"),
+                          + (f" ({final.reason})" if final.reason else "") + "]"),
                   file=sys.stderr)
         return 0
 

@@ -9,6 +9,8 @@ input) is decided once, in ``authority``, before anything is sent.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -21,8 +23,18 @@ from tether.frontend.tools.outputs import AGENT_OUTPUT
 from tether.frontend.tools.schemas import AgentArgs, wire_cursor
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS, MAX_LIST_LIMIT, RPC_SLACK_S
+from tether.protocol.method_table import (
+    AGENT_LIST,
+    AGENT_PROMPT,
+    AGENT_RECEIPT,
+    EXEC_EXPLAIN,
+    EXEC_GET,
+    EXEC_LIST,
+    EXEC_READ,
+    EXEC_WAIT,
+)
 from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
-from tether.protocol.results import ExplainResult, GetResult, Recognition, Result
+from tether.protocol.results import PromptResult, Receipt, Recognition
 from tether.protocol.versions import Capability
 
 
@@ -60,104 +72,143 @@ class AgentTool(Tool):
         root, scope = session.scope(args.thread_id, args.workspace_root)
         # Who may do this action, in this thread's mode: checked before anything is sent.
         first_guard = await check_agent_action(session, root, scope, args.action)
-
-        async def call(root: str, method: str, params: dict[str, Any], *,
-                       timeout_s: float) -> dict[str, Any]:
-            """The reply, read through its model, as this tool's data (it adds recognition)."""
-            reply: Result = await session.locator.call(root, method, params, timeout_s=timeout_s)
-            return reply.wire()
-
         if await _lifecycle_action(session, args, root):
             return await run_lifecycle(session, args, root, scope, first_guard)
+        return await _ACTIONS[args.action](_Call(session, args, root, scope, first_guard))
 
-        async def recognition(execution_id: str) -> dict[str, Any]:
-            """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
-            explained: ExplainResult = await session.locator.call(root, "exec.explain", {
-                **scope, "execution_id": execution_id, "recognizer": args.recognizer},
-                timeout_s=RPC_SLACK_S)
-            return _summary(explained.recognition)
 
-        if args.action == "list":
-            page: dict[str, Any] = {}
-            if args.before is not None:
-                await require_list_pages(session, root)
-                page["before"] = args.before
-            data = await call(root, "exec.list", {**scope, "limit": min(args.limit, MAX_LIST_LIMIT),
-                                                  "agents_only": True, **page},
-                              timeout_s=RPC_SLACK_S)
-            for record in data["executions"]:
-                record["recognition"] = await recognition(record["execution_id"])
-            lines = [f"{r['execution_id']} {r['status']} {_state_text(r['recognition'])} "
-                     f"{r['command'][:80]}" for r in data["executions"]]
-            if await _has_lifecycle(session, root):
-                # The workspace's managed agents too, whichever thread launched them.
-                managed = await call(root, "agent.list", {**scope, "limit": args.limit, **page},
-                                     timeout_s=RPC_SLACK_S)
-                data["agents"] = managed["agents"]
-                lines += [agent_line(a) for a in managed["agents"]]
-                # One position pages both lists: the newer of their two ends, so that neither
-                # skips a record (the other may show some again).
-                ends = [end for end in (data.get("next_before"), managed.get("next_before"))
-                        if end is not None]
-                data.pop("next_before", None)
-                if ends:
-                    data["next_before"] = max(ends)
-            if data.get("next_before") is not None:
-                lines.append(f"(older records: list with before={data['next_before']})")
-            return replies.ok(data, "\n".join(lines) or "no agents")
-        target = need_arg(args.target, "target", args.action)
-        if args.action == "get":
-            data = await call(root, "exec.get", {**scope, "execution_id": target},
-                              timeout_s=RPC_SLACK_S)
-            data["execution"]["recognition"] = await recognition(target)
-            return replies.ok(data, replies.json_text(data["execution"]))
-        if args.action == "read":
-            data = await call(root, "exec.read", {
-                **scope, "execution_id": target, "source": args.source,
-                "page_bytes": args.page_bytes, "cursor": args.cursor}, timeout_s=RPC_SLACK_S)
-            return replies.ok(data, data["text"] or "(empty page)")
-        if args.action == "explain":
-            data = await call(root, "exec.explain", {**scope, "execution_id": target,
-                                                     "recognizer": args.recognizer},
-                              timeout_s=RPC_SLACK_S)
-            return replies.ok(data, replies.json_text(data["recognition"]))
-        timeout_ms = int(args.timeout_seconds * 1000)
-        if args.action == "wait" and args.prompt_id is None:
-            # Its answer carries a recognition verdict: a guardian without one is refused
-            # now, not after the whole wait (exec.wait alone is 1.1).
-            (await session.locator.handle(root, args.thread_id)).require(Capability.RECOGNITION)
-            data = await call(root, "exec.wait", {
-                **scope, "execution_ids": [target], "after": wire_cursor(args.after), "events": args.events,
-                "timeout_ms": timeout_ms}, timeout_s=args.timeout_seconds + RPC_SLACK_S)
-            for item in data["changed"]:
-                item["recognition"] = await recognition(item["execution_id"])
-            data["recognition"] = await recognition(target)
-            fired = ", ".join(e for item in data["changed"] for e in item.get("fired", []))
-            text = data["outcome"] + (f" ({fired})" if fired else "")
-            return replies.ok(data, f"{text}: {_state_text(data['recognition'])}")
-        prompt_id = need_arg(args.prompt_id, "prompt_id", args.action)
-        if args.action == "wait":
-            data = await call(root, "agent.receipt", {
-                **scope, "execution_id": target, "prompt_id": prompt_id, "timeout_ms": timeout_ms},
-                timeout_s=args.timeout_seconds + RPC_SLACK_S)
-            return replies.ok(data, _receipt_text(data["receipt"]))
-        text = need_arg(args.text, "text", args.action)
-        params = {**scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
-                  "recognizer": args.recognizer, "timeout_ms": timeout_ms}
-        if args.replace_draft:
-            params["replace_draft"] = True  # an older guardian is refused (replace_draft)
+@dataclass(slots=True)
+class _Call:
+    """What every action of one Agent call works with (``guard``: what authorising it gave)."""
 
-        async def check(fresh: bool) -> Guard:
-            if not fresh:
-                return first_guard
-            return await check_agent_action(session, root, scope, "prompt", fresh=True)
+    session: Session
+    args: AgentArgs
+    root: str
+    scope: dict[str, Any]
+    guard: Guard
 
-        async def send(guard: Guard) -> Any:
-            return await call(root, "agent.prompt", {**params, **guard},
-                              timeout_s=args.timeout_seconds + RPC_SLACK_S)
+    @property
+    def target(self) -> str:
+        return str(need_arg(self.args.target, "target", self.args.action))
 
-        data = await send_checked(session, root, scope, check, send)
-        return replies.ok(data, _receipt_text(data["receipt"]))
+    async def recognition(self, execution_id: str) -> dict[str, Any]:
+        """The current verdict in short (state, attention, rule), as get/list/wait carry it."""
+        explained = await self.session.locator.call(self.root, EXEC_EXPLAIN, {
+            **self.scope, "execution_id": execution_id, "recognizer": self.args.recognizer},
+            timeout_s=RPC_SLACK_S)
+        return _summary(explained.recognition)
+
+
+async def _list(call: _Call) -> types.CallToolResult:
+    session, args, root, scope = call.session, call.args, call.root, call.scope
+    page: dict[str, Any] = {}
+    if args.before is not None:
+        await require_list_pages(session, root)
+        page["before"] = args.before
+    data = replies.as_data(await session.locator.call(
+        root, EXEC_LIST, {**scope, "limit": min(args.limit, MAX_LIST_LIMIT),
+                          "agents_only": True, **page}, timeout_s=RPC_SLACK_S))
+    for record in data["executions"]:
+        record["recognition"] = await call.recognition(record["execution_id"])
+    lines = [f"{r['execution_id']} {r['status']} {_state_text(r['recognition'])} "
+             f"{r['command'][:80]}" for r in data["executions"]]
+    if await _has_lifecycle(session, root):
+        # The workspace's managed agents too, whichever thread launched them.
+        managed = await session.locator.call(root, AGENT_LIST, {**scope, "limit": args.limit,
+                                                                **page}, timeout_s=RPC_SLACK_S)
+        agents = replies.as_data(managed)["agents"]
+        data["agents"] = agents
+        lines += [agent_line(a) for a in agents]
+        # One position pages both lists: the newer of their two ends, so that neither
+        # skips a record (the other may show some again).
+        ends = [end for end in (data.get("next_before"), managed.next_before)
+                if end is not None]
+        data.pop("next_before", None)
+        if ends:
+            data["next_before"] = max(ends)
+    if data.get("next_before") is not None:
+        lines.append(f"(older records: list with before={data['next_before']})")
+    return replies.ok(data, "\n".join(lines) or "no agents")
+
+
+async def _get(call: _Call) -> types.CallToolResult:
+    target = call.target
+    data = replies.as_data(await call.session.locator.call(
+        call.root, EXEC_GET, {**call.scope, "execution_id": target}, timeout_s=RPC_SLACK_S))
+    data["execution"]["recognition"] = await call.recognition(target)
+    return replies.ok(data, replies.json_text(data["execution"]))
+
+
+async def _read(call: _Call) -> types.CallToolResult:
+    args = call.args
+    page = await call.session.locator.call(call.root, EXEC_READ, {
+        **call.scope, "execution_id": call.target, "source": args.source,
+        "page_bytes": args.page_bytes, "cursor": args.cursor}, timeout_s=RPC_SLACK_S)
+    return replies.ok(page, page.text or "(empty page)")
+
+
+async def _explain(call: _Call) -> types.CallToolResult:
+    explained = await call.session.locator.call(
+        call.root, EXEC_EXPLAIN, {**call.scope, "execution_id": call.target,
+                                  "recognizer": call.args.recognizer}, timeout_s=RPC_SLACK_S)
+    data = replies.as_data(explained)
+    return replies.ok(data, replies.json_text(data["recognition"]))
+
+
+async def _wait(call: _Call) -> types.CallToolResult:
+    """``wait`` for events (a recognition verdict with every change) or, with
+    ``prompt_id``, for a prompt's receipt."""
+    session, args, root = call.session, call.args, call.root
+    target = call.target
+    timeout_ms = int(args.timeout_seconds * 1000)
+    if args.prompt_id is not None:
+        receipt = await session.locator.call(root, AGENT_RECEIPT, {
+            **call.scope, "execution_id": target, "prompt_id": args.prompt_id,
+            "timeout_ms": timeout_ms}, timeout_s=args.timeout_seconds + RPC_SLACK_S)
+        return replies.ok(receipt, _receipt_text(receipt.receipt))
+    # Its answer carries a recognition verdict: a guardian without one is refused
+    # now, not after the whole wait (exec.wait alone is 1.1).
+    (await session.locator.handle(root, args.thread_id)).require(Capability.RECOGNITION)
+    data = replies.as_data(await session.locator.call(root, EXEC_WAIT, {
+        **call.scope, "execution_ids": [target], "after": wire_cursor(args.after),
+        "events": args.events, "timeout_ms": timeout_ms},
+        timeout_s=args.timeout_seconds + RPC_SLACK_S))
+    for item in data["changed"]:
+        item["recognition"] = await call.recognition(item["execution_id"])
+    data["recognition"] = await call.recognition(target)
+    fired = ", ".join(e for item in data["changed"] for e in item.get("fired", []))
+    text = data["outcome"] + (f" ({fired})" if fired else "")
+    return replies.ok(data, f"{text}: {_state_text(data['recognition'])}")
+
+
+async def _prompt(call: _Call) -> types.CallToolResult:
+    session, args, root, scope = call.session, call.args, call.root, call.scope
+    target = call.target
+    prompt_id = need_arg(args.prompt_id, "prompt_id", args.action)
+    text = need_arg(args.text, "text", args.action)
+    params = {**scope, "execution_id": target, "prompt_id": prompt_id, "text": text,
+              "recognizer": args.recognizer, "timeout_ms": int(args.timeout_seconds * 1000)}
+    if args.replace_draft:
+        params["replace_draft"] = True  # an older guardian is refused (replace_draft)
+
+    async def check(fresh: bool) -> Guard:
+        if not fresh:
+            return call.guard
+        return await check_agent_action(session, root, scope, "prompt", fresh=True)
+
+    async def send(guard: Guard) -> PromptResult:
+        return await session.locator.call(root, AGENT_PROMPT, {**params, **guard},
+                                          timeout_s=args.timeout_seconds + RPC_SLACK_S)
+
+    prompted = await send_checked(session, root, scope, check, send)
+    return replies.ok(prompted, _receipt_text(prompted.receipt))
+
+
+#: Each action that is not the managed-agent lifecycle's to the one function that does it.
+_ACTIONS: dict[str, Callable[[_Call], Awaitable[types.CallToolResult]]] = {
+    "list": _list, "get": _get, "read": _read, "explain": _explain, "wait": _wait,
+    "prompt": _prompt,
+}
 
 
 async def _has_lifecycle(session: Session, root: str) -> bool:
@@ -177,7 +228,7 @@ async def _lifecycle_action(session: Session, args: AgentArgs, root: str) -> boo
         return args.parent is not None or args.include_archived
     if args.action == "get" and args.target and await _has_lifecycle(session, root):
         # A managed agent's record with its events; an observed agent CLI is an execution.
-        record: GetResult = await session.locator.call(root, "exec.get", {
+        record = await session.locator.call(root, EXEC_GET, {
             "principal": session.principal, "workspace_root": root,
             "thread_id": args.thread_id, "execution_id": args.target}, timeout_s=RPC_SLACK_S)
         return record.execution.kind == "agent"
@@ -196,10 +247,10 @@ def _state_text(recognition: dict[str, Any]) -> str:
 
 
 
-def _receipt_text(receipt: dict[str, Any]) -> str:
-    delivered = str(receipt["delivered"])
-    if receipt.get("reason"):  # why delivery is unknown (or did not happen)
-        delivered += f" ({receipt['reason']})"
-    return (f"prompt {receipt['prompt_id']}: delivered={delivered} "
-            f"activity_observed={receipt['activity_observed']} "
-            f"wait_reached={receipt['wait_reached']} (generation {receipt['generation']})")
+def _receipt_text(receipt: Receipt) -> str:
+    delivered = str(receipt.delivered)
+    if receipt.reason:  # why delivery is unknown (or did not happen)
+        delivered += f" ({receipt.reason})"
+    return (f"prompt {receipt.prompt_id}: delivered={delivered} "
+            f"activity_observed={receipt.activity_observed} "
+            f"wait_reached={receipt.wait_reached} (generation {receipt.generation})")

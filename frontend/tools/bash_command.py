@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import mcp_types as types
@@ -21,6 +22,7 @@ from tether.frontend.tools.schemas import (
     SendKeysAction,
     SendTextAction,
     StatusCheckAction,
+    ToolArgs,
     WaitForTurnAction,
 )
 from tether.protocol.limits import (
@@ -30,7 +32,15 @@ from tether.protocol.limits import (
     MAX_INPUT_WAIT_MS,
     RPC_SLACK_S,
 )
-from tether.protocol.results import ExecResult, ScreenResult, WaitTurnResult
+from tether.protocol.method_table import (
+    EXEC_INPUT,
+    EXEC_SCREEN,
+    EXEC_START,
+    EXEC_STATUS,
+    EXEC_WAIT_TURN,
+    Method,
+)
+from tether.protocol.results import ExecResult
 
 PROGRESS_EVERY_S = 1.0
 T = TypeVar("T")
@@ -56,68 +66,110 @@ class BashCommandTool(Tool):
     ) -> types.CallToolResult:
         usage.wait_requested(args.wait_for_seconds)
         root, scope = session.scope(args.thread_id, args.workspace_root)
-        action = args.action_json
         wait_s = DEFAULT_WAIT_MS / 1000 if args.wait_for_seconds is None else args.wait_for_seconds
-        wait_ms = int(wait_s * 1000)
-        method: str
-        params: dict[str, Any]
-        if isinstance(action, CommandAction):
-            method, params = "exec.start", {
-                **scope, "command": action.command, "background": action.is_background,
-                "rows": action.rows or DEFAULT_ROWS, "cols": action.cols or DEFAULT_COLS,
-                "wait_ms": 0 if action.is_background else wait_ms,
-                "idempotency_key": session.idempotency_key(), "generation": action.generation,
-            }
-        elif isinstance(action, StatusCheckAction):
-            method, params = "exec.status", {
-                **scope, "execution_id": action.execution_id, "wait_ms": wait_ms,
-            }
-        elif isinstance(action, SendTextAction | SendKeysAction):
-            method, params = "exec.input", {
-                **scope, "execution_id": action.execution_id,
-                "idempotency_key": session.idempotency_key(), "wait_ms": min(wait_ms, MAX_INPUT_WAIT_MS),
-                "generation": action.generation,
-            }
-            if isinstance(action, SendTextAction):
-                params.update(text=action.text, submit=action.submit)
-            else:
-                params["keys"] = action.keys
-        elif isinstance(action, WaitForTurnAction):
-            turn: WaitTurnResult = await _with_progress(session.locator.call(
-                root, "exec.wait_turn",
-                {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer,
-                 "quiet_ms": action.quiet_ms, "timeout_ms": int(action.timeout_seconds * 1000)},
-                timeout_s=action.timeout_seconds + RPC_SLACK_S), progress, action.timeout_seconds)
-            text = f"{turn.outcome}: {turn.recognition.state} (rule {turn.recognition.rule})"
-            if turn.outcome == "unknown":  # an end nobody saw: say why, never "exited"
-                text = (f"unknown ({turn.execution.reason or 'no reason recorded'}): how "
-                        f"execution {turn.execution.execution_id} ended was not observed; "
-                        f"its last screen reads {turn.recognition.state}")
-            return replies.ok(turn.wire(), text)
-        else:
-            assert isinstance(action, ScreenAction)
-            screen: ScreenResult = await session.locator.call(
-                root, "exec.screen",
-                {**scope, "execution_id": action.execution_id, "lines": action.lines},
-                timeout_s=RPC_SLACK_S,
-            )
-            return replies.ok({"screen": screen.wire()}, screen.text or "(empty screen)")
+        call = _Call(session, root, scope, progress, wait_s)
+        action = args.action_json
+        return await _ACTIONS[type(action)](call, action)
 
-        async def check(fresh: bool) -> Guard:
-            return await check_bash_action(session, root, scope, action, fresh=fresh)
 
-        async def send(guard: Guard) -> Any:
-            reply = await _with_progress(
-                session.locator.call(root, method, {**params, **guard},
-                                     timeout_s=wait_s + RPC_SLACK_S),
-                progress, wait_s,
-            )
-            usage.wait_taken(params["wait_ms"])  # a refusal (shell_busy, ...) waited for nothing
-            return reply
+@dataclass(slots=True)
+class _Call:
+    """What every action of one BashCommand call works with."""
 
-        # The thread's mode is checked before anything is sent (mode_denied), and the
-        # guardian verifies the input was checked against the mode the thread has now.
-        return _execution_result(await send_checked(session, root, scope, check, send))
+    session: Session
+    root: str
+    scope: dict[str, Any]
+    progress: Progress
+    wait_s: float
+
+    @property
+    def wait_ms(self) -> int:
+        return int(self.wait_s * 1000)
+
+
+async def _command(call: _Call, action: CommandAction) -> types.CallToolResult:
+    return await _send(call, action, EXEC_START, {
+        **call.scope, "command": action.command, "background": action.is_background,
+        "rows": action.rows or DEFAULT_ROWS, "cols": action.cols or DEFAULT_COLS,
+        "wait_ms": 0 if action.is_background else call.wait_ms,
+        "idempotency_key": call.session.idempotency_key(), "generation": action.generation,
+    })
+
+
+async def _status_check(call: _Call, action: StatusCheckAction) -> types.CallToolResult:
+    return await _send(call, action, EXEC_STATUS, {
+        **call.scope, "execution_id": action.execution_id, "wait_ms": call.wait_ms,
+    })
+
+
+async def _send_input(call: _Call, action: SendTextAction | SendKeysAction
+                      ) -> types.CallToolResult:
+    params: dict[str, Any] = {
+        **call.scope, "execution_id": action.execution_id,
+        "idempotency_key": call.session.idempotency_key(),
+        "wait_ms": min(call.wait_ms, MAX_INPUT_WAIT_MS), "generation": action.generation,
+    }
+    if isinstance(action, SendTextAction):
+        params.update(text=action.text, submit=action.submit)
+    else:
+        params["keys"] = action.keys
+    return await _send(call, action, EXEC_INPUT, params)
+
+
+async def _send(call: _Call, action: CommandAction | StatusCheckAction | SendTextAction
+                | SendKeysAction, method: Method[Any, ExecResult], params: dict[str, Any]
+                ) -> types.CallToolResult:
+    session, root, scope = call.session, call.root, call.scope
+
+    async def check(fresh: bool) -> Guard:
+        return await check_bash_action(session, root, scope, action, fresh=fresh)
+
+    async def send(guard: Guard) -> ExecResult:
+        reply = await _with_progress(
+            session.locator.call(root, method, {**params, **guard},
+                                 timeout_s=call.wait_s + RPC_SLACK_S),
+            call.progress, call.wait_s,
+        )
+        usage.wait_taken(params["wait_ms"])  # a refusal (shell_busy, ...) waited for nothing
+        return reply
+
+    # The thread's mode is checked before anything is sent (mode_denied), and the
+    # guardian verifies the input was checked against the mode the thread has now.
+    return _execution_result(await send_checked(session, root, scope, check, send))
+
+
+async def _wait_for_turn(call: _Call, action: WaitForTurnAction) -> types.CallToolResult:
+    turn = await _with_progress(call.session.locator.call(
+        call.root, EXEC_WAIT_TURN,
+        {**call.scope, "execution_id": action.execution_id, "recognizer": action.recognizer,
+         "quiet_ms": action.quiet_ms, "timeout_ms": int(action.timeout_seconds * 1000)},
+        timeout_s=action.timeout_seconds + RPC_SLACK_S), call.progress, action.timeout_seconds)
+    text = f"{turn.outcome}: {turn.recognition.state} (rule {turn.recognition.rule})"
+    if turn.outcome == "unknown":  # an end nobody saw: say why, never "exited"
+        text = (f"unknown ({turn.execution.reason or 'no reason recorded'}): how "
+                f"execution {turn.execution.execution_id} ended was not observed; "
+                f"its last screen reads {turn.recognition.state}")
+    return replies.ok(turn, text)
+
+
+async def _screen(call: _Call, action: ScreenAction) -> types.CallToolResult:
+    screen = await call.session.locator.call(
+        call.root, EXEC_SCREEN,
+        {**call.scope, "execution_id": action.execution_id, "lines": action.lines},
+        timeout_s=RPC_SLACK_S,
+    )
+    return replies.ok({"screen": replies.as_data(screen)}, screen.text or "(empty screen)")
+
+
+#: Each action type to the one function that carries it out.
+_ACTIONS: dict[type[ToolArgs], Callable[[_Call, Any], Awaitable[types.CallToolResult]]] = {
+    CommandAction: _command,
+    StatusCheckAction: _status_check,
+    SendTextAction: _send_input,
+    SendKeysAction: _send_input,
+    WaitForTurnAction: _wait_for_turn,
+    ScreenAction: _screen,
+}
 
 
 async def _with_progress(call: Awaitable[T], progress: Progress, wait_s: float) -> T:
@@ -171,9 +223,9 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
         "kind": execution.kind,
     }
     if reply.shell_replaced is not None:
-        data["shell_replaced"] = reply.shell_replaced.wire()
+        data["shell_replaced"] = replies.as_data(reply.shell_replaced)
     if reply.input is not None:
-        typed = reply.input.wire()
+        typed = replies.as_data(reply.input)
         data["input_sent"] = typed.get("input_sent", True)
         # What delivery looked like (guardians before 1.3 do not say): see InputDesk.observe.
         for key in _DELIVERY_FIELDS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -16,20 +18,22 @@ from tether.frontend.tools.schemas import (
     ListAction,
     ObserveAction,
     ReadAction,
+    ToolArgs,
     WaitAction,
     wire_cursor,
 )
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS, RPC_SLACK_S
-from tether.protocol.methods import params_capability
-from tether.protocol.results import (
-    ExplainResult,
-    GetResult,
-    ListResult,
-    ObserveResult,
-    ReadResult,
-    WaitResult,
+from tether.protocol.method_table import (
+    EXEC_EXPLAIN,
+    EXEC_GET,
+    EXEC_LIST,
+    EXEC_OBSERVE,
+    EXEC_READ,
+    EXEC_WAIT,
 )
+from tether.protocol.methods import params_capability
+from tether.protocol.results import ObserveResult
 
 
 class ExecutionTool(Tool):
@@ -54,77 +58,109 @@ class ExecutionTool(Tool):
     ) -> types.CallToolResult:
         root, scope = session.scope(args.thread_id, args.workspace_root)
         action = args.action
-        call = session.locator.call
-        if isinstance(action, ListAction):
-            params = {**scope, "limit": action.limit}
-            if action.before is not None:
-                await require_list_pages(session, root)
-                params["before"] = action.before
-            listed: ListResult = await call(root, "exec.list", params, timeout_s=RPC_SLACK_S)
-            lines = [f"{r.execution_id} {r.status} {r.exit_code} {(r.command or '')[:80]}"
-                     for r in listed.executions]
-            if listed.next_before is not None:
-                lines.append(f"(older records: list with before={listed.next_before})")
-            return replies.ok(listed.wire(), "\n".join(lines) or "no executions yet")
-        if isinstance(action, GetAction):
-            got: GetResult = await call(root, "exec.get",
-                                        {**scope, "execution_id": action.execution_id},
-                                        timeout_s=RPC_SLACK_S)
-            data = got.wire()
-            return replies.ok(data, replies.json_text(data["execution"]))
-        if isinstance(action, ReadAction):
-            page: ReadResult = await call(
-                root, "exec.read",
-                {**scope, "execution_id": action.execution_id, "source": action.source,
-                 "page_bytes": action.page_bytes, "cursor": action.cursor},
-                timeout_s=RPC_SLACK_S,
-            )
-            return replies.ok(page.wire(), page.text or "(empty page)")
-        if isinstance(action, ObserveAction):
-            timeout_ms = int(action.timeout_seconds * 1000)
-            items = action.model_dump(include={"items"})["items"]  # one pass
-            refused = await _refused_items(session, root, args.thread_id, items)
-            observed: ObserveResult = await call(
-                root, "exec.observe",
-                {**scope, "items": [item for i, item in enumerate(items) if i not in refused]
-                 or items,  # all refused: the call is, as a whole (capability_missing)
-                 "timeout_ms": timeout_ms},
-                timeout_s=(timeout_ms / 1000 or 0.25) + RPC_SLACK_S,
-            )
-            data = observed.wire()
-            if refused:
-                answered = iter(data["items"])
-                data["items"] = [refused[i] if i in refused else next(answered)
-                                 for i in range(len(items))]
-                data["completed_with_issues"] = True
-            if data.pop("completed_with_issues", False):
-                return replies.issues(
-                    data, ErrorCode.EXECUTION_OBSERVATION_ISSUES.value,
-                    "some observe items failed; see each item's errors",
-                )
-            return replies.ok(data, _observe_text(observed))
-        if isinstance(action, ExplainAction):
-            explained: ExplainResult = await call(
-                root, "exec.explain",
-                {**scope, "execution_id": action.execution_id, "recognizer": action.recognizer},
-                timeout_s=RPC_SLACK_S)
-            decision = explained.recognition
-            return replies.ok(explained.wire(),
-                              f"{decision.state} (recognizer {decision.recognizer}, "
-                              f"rule {decision.rule}, reason {decision.reason})")
-        assert isinstance(action, WaitAction)
-        timeout_ms = int(action.timeout_seconds * 1000)
-        waited: WaitResult = await call(
-            root, "exec.wait",
-            {**scope, "execution_ids": action.execution_ids, "after": wire_cursor(action.after),
-             "timeout_ms": timeout_ms, "events": action.events},
-            timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
+        return await _ACTIONS[type(action)](_Call(session, root, scope, args.thread_id), action)
+
+
+@dataclass(slots=True)
+class _Call:
+    """What every action of one Execution call works with."""
+
+    session: Session
+    root: str
+    scope: dict[str, Any]
+    thread_id: str
+
+
+async def _list(call: _Call, action: ListAction) -> types.CallToolResult:
+    params = {**call.scope, "limit": action.limit}
+    if action.before is not None:
+        await require_list_pages(call.session, call.root)
+        params["before"] = action.before
+    listed = await call.session.locator.call(call.root, EXEC_LIST, params, timeout_s=RPC_SLACK_S)
+    lines = [f"{r.execution_id} {r.status} {r.exit_code} {(r.command or '')[:80]}"
+             for r in listed.executions]
+    if listed.next_before is not None:
+        lines.append(f"(older records: list with before={listed.next_before})")
+    return replies.ok(listed, "\n".join(lines) or "no executions yet")
+
+
+async def _get(call: _Call, action: GetAction) -> types.CallToolResult:
+    got = await call.session.locator.call(call.root, EXEC_GET,
+                                          {**call.scope, "execution_id": action.execution_id},
+                                          timeout_s=RPC_SLACK_S)
+    data = replies.as_data(got)
+    return replies.ok(data, replies.json_text(data["execution"]))
+
+
+async def _read(call: _Call, action: ReadAction) -> types.CallToolResult:
+    page = await call.session.locator.call(
+        call.root, EXEC_READ,
+        {**call.scope, "execution_id": action.execution_id, "source": action.source,
+         "page_bytes": action.page_bytes, "cursor": action.cursor},
+        timeout_s=RPC_SLACK_S,
+    )
+    return replies.ok(page, page.text or "(empty page)")
+
+
+async def _observe(call: _Call, action: ObserveAction) -> types.CallToolResult:
+    timeout_ms = int(action.timeout_seconds * 1000)
+    items = action.model_dump(include={"items"})["items"]  # one pass
+    refused = await _refused_items(call.session, call.root, call.thread_id, items)
+    observed = await call.session.locator.call(
+        call.root, EXEC_OBSERVE,
+        {**call.scope, "items": [item for i, item in enumerate(items) if i not in refused]
+         or items,  # all refused: the call is, as a whole (capability_missing)
+         "timeout_ms": timeout_ms},
+        timeout_s=(timeout_ms / 1000 or 0.25) + RPC_SLACK_S,
+    )
+    data = replies.as_data(observed)
+    if refused:
+        answered = iter(data["items"])
+        data["items"] = [refused[i] if i in refused else next(answered)
+                         for i in range(len(items))]
+        data["completed_with_issues"] = True
+    if data.pop("completed_with_issues", False):
+        return replies.issues(
+            data, ErrorCode.EXECUTION_OBSERVATION_ISSUES.value,
+            "some observe items failed; see each item's errors",
         )
-        changed = ", ".join(f"{r.execution_id} {r.status}" for r in waited.changed)
-        text = (f"{waited.outcome}: {changed}" if changed else
-                f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
-                "again with after = data.cursor to miss nothing meanwhile")
-        return replies.ok(waited.wire(), text)
+    return replies.ok(data, _observe_text(observed))
+
+
+async def _explain(call: _Call, action: ExplainAction) -> types.CallToolResult:
+    explained = await call.session.locator.call(
+        call.root, EXEC_EXPLAIN,
+        {**call.scope, "execution_id": action.execution_id, "recognizer": action.recognizer},
+        timeout_s=RPC_SLACK_S)
+    decision = explained.recognition
+    return replies.ok(explained, f"{decision.state} (recognizer {decision.recognizer}, "
+                                 f"rule {decision.rule}, reason {decision.reason})")
+
+
+async def _wait(call: _Call, action: WaitAction) -> types.CallToolResult:
+    timeout_ms = int(action.timeout_seconds * 1000)
+    waited = await call.session.locator.call(
+        call.root, EXEC_WAIT,
+        {**call.scope, "execution_ids": action.execution_ids, "after": wire_cursor(action.after),
+         "timeout_ms": timeout_ms, "events": action.events},
+        timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
+    )
+    changed = ", ".join(f"{r.execution_id} {r.status}" for r in waited.changed)
+    text = (f"{waited.outcome}: {changed}" if changed else
+            f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
+            "again with after = data.cursor to miss nothing meanwhile")
+    return replies.ok(waited, text)
+
+
+#: Each action type to the one function that carries it out.
+_ACTIONS: dict[type[ToolArgs], Callable[[_Call, Any], Awaitable[types.CallToolResult]]] = {
+    ListAction: _list,
+    GetAction: _get,
+    ReadAction: _read,
+    ObserveAction: _observe,
+    ExplainAction: _explain,
+    WaitAction: _wait,
+}
 
 
 async def _refused_items(session: Session, root: str, thread_id: str,
@@ -133,12 +169,12 @@ async def _refused_items(session: Session, root: str, thread_id: str,
     ``recognition``), by position, each answered as a failed item (``capability_missing``,
     nothing asked): the other items are still observed, as with any item that fails."""
     refused: dict[int, dict[str, Any]] = {}
-    if params_capability("exec.observe", {"items": items}) is None:
+    if params_capability(EXEC_OBSERVE.name, {"items": items}) is None:
         return refused  # nothing asked needs more than observe
     handle = await session.locator.handle(root, thread_id)
     for index, item in enumerate(items):
         try:
-            handle.require(params_capability("exec.read", item),
+            handle.require(params_capability(EXEC_READ.name, item),
                            "A detection page is a recognition verdict. ")
         except TetherError as err:
             refused[index] = {"errors": [{"stage": "capability", "code": err.code.value,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -11,12 +12,13 @@ from tether.frontend.guardians.locator import GuardianHandle
 from tether.frontend.policy.authority import BASH
 from tether.frontend.tools import replies
 from tether.frontend.tools.base import Progress, Session, Tool
-from tether.frontend.tools.modes import read_thread_mode, set_thread_mode
+from tether.frontend.tools.modes import mode_of, read_thread_mode, set_thread_mode
 from tether.frontend.tools.outputs import INITIALIZE_OUTPUT
 from tether.frontend.tools.schemas import InitializeArgs
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.method_table import THREAD_OPEN, THREAD_RESET_SHELL
 from tether.protocol.methods import ModeSpec
-from tether.protocol.results import ResetShellResult, ThreadModeResult, ThreadOpenResult
+from tether.protocol.results import ThreadModeResult
 from tether.protocol.transport import REPLY_GRACE_S
 from tether.protocol.versions import Capability
 
@@ -44,88 +46,112 @@ class InitializeTool(Tool):
     ) -> types.CallToolResult:
         root = session.workspace(args.workspace_root)
         requested = _requested_mode(args)
-        locator = session.locator
-        handle: GuardianHandle | None
-        if args.type == "status":
-            # Read-only: starts no guardian, no shell, and so no generation.
-            handle = await locator.live(root)
-            thread = await _status(session, root, args.thread_id, handle)
-        elif args.type == "reset_shell":
-            if args.thread_id is None:
-                raise ValueError("reset_shell needs thread_id")
-            session.caller.check_tool(BASH)  # replacing the shell ends what runs in it
-            reset: ResetShellResult = await locator.call(
-                root, "thread.reset_shell",
-                {"principal": session.principal, "workspace_root": root,
-                 "thread_id": args.thread_id, "idempotency_key": session.idempotency_key()},
-                timeout_s=THREAD_OPEN_TIMEOUT_S,
-            )
-            thread = reset.wire()
-            handle = await locator.handle(root)
-        else:
-            if args.type == "change_mode" and args.thread_id is None:
-                raise ValueError("change_mode needs thread_id (from a first_call)")
-            opened: ThreadOpenResult = await locator.call(
-                root, "thread.open",
-                {"principal": session.principal, "workspace_root": root,
-                 "thread_id": args.thread_id},
-                timeout_s=THREAD_OPEN_TIMEOUT_S,
-            )
-            thread = opened.wire()
-            handle = await locator.handle(root)
-        data: dict[str, Any] = {
-            "thread_id": thread.get("thread_id", args.thread_id),
-            "workspace_root": root,
-            "generation": thread.get("generation"),
-            "cwd": thread.get("cwd"),
-            "reattached": thread.get("reattached", False),
-            "mode": "wcgw",
-            "profile": session.caller.profile,
-            "principal": session.principal,
-            "guardian": {"running": False, "instance_id": None, "protocol": None,
-                         "capabilities": [], "pid": None} if handle is None else {
-                "running": True,
-                "instance_id": handle.instance_id,
-                "protocol": str(handle.version),
-                "capabilities": sorted(handle.capabilities),
-                "pid": handle.info.get("pid"),
-            },
-            "agent_backends": {
-                "native": {"availability": "available"},
-                "herdr": {"configuration_present": False, "availability": "disabled",
-                          "reason": "configuration_missing"},
-            },
-        }
-        if "shell_running" in thread:
-            data["shell_running"] = thread["shell_running"]
-        if thread.get("shell_replaced"):  # the shell was lost and replaced: never silently
-            data["shell_replaced"] = thread["shell_replaced"]
-        found = await _mode(session, root, data["thread_id"], handle, thread, requested)
-        sandbox_text = ""
-        if found is not None:
-            mode, reply = found
-            data["mode"] = mode.name
-            if mode.code_writer is not None:
-                data["code_writer"] = mode.code_writer.model_dump(mode="json")
-            if reply is not None and reply.generation is not None:  # a fresh shell
-                data["generation"] = reply.generation
-                data["cwd"] = reply.cwd
-                if reply.orphans:
-                    data["orphans"] = reply.orphans
-            if mode.name == "architect":
-                data.update(_sandbox(root, handle, reply))
-                sandbox_text = (f"; sandbox: {data['sandbox']}" if data["sandbox"]
-                                else f"; NOT sandboxed: {data['sandbox_missing']}")
-        if handle is not None and handle.lost_records:
-            data["guardian"]["lost_records"] = handle.lost_records
-        guardian = f"guardian protocol {handle.version}" if handle else "no guardian running"
-        text = (
-            f"thread {data['thread_id']} in {root} (shell generation {data['generation']}, "
-            f"cwd {data['cwd']}, mode {data['mode']}{sandbox_text}); {guardian}"
-        )
-        if data.get("shell_replaced"):
-            text += f"\nWARNING: {data['shell_replaced']['message']}"
-        return replies.ok(data, text)
+        thread, handle = await _THREADS[args.type](session, args, root)
+        return await _reply(session, args, root, requested, thread, handle)
+
+
+#: What a thread's reply says, as this tool's data takes it, and the guardian that gave it
+#: (None: none runs, for a status).
+Opened = tuple[dict[str, Any], GuardianHandle | None]
+
+
+async def _status_of(session: Session, args: InitializeArgs, root: str) -> Opened:
+    # Read-only: starts no guardian, no shell, and so no generation.
+    handle = await session.locator.live(root)
+    return await _status(session, root, args.thread_id, handle), handle
+
+
+async def _reset_shell(session: Session, args: InitializeArgs, root: str) -> Opened:
+    if args.thread_id is None:
+        raise ValueError("reset_shell needs thread_id")
+    session.caller.check_tool(BASH)  # replacing the shell ends what runs in it
+    reset = await session.locator.call(
+        root, THREAD_RESET_SHELL,
+        {"principal": session.principal, "workspace_root": root,
+         "thread_id": args.thread_id, "idempotency_key": session.idempotency_key()},
+        timeout_s=THREAD_OPEN_TIMEOUT_S,
+    )
+    return replies.as_data(reset), await session.locator.handle(root)
+
+
+async def _open(session: Session, args: InitializeArgs, root: str) -> Opened:
+    """``first_call`` and ``change_mode``: open (or reattach to) the thread."""
+    if args.type == "change_mode" and args.thread_id is None:
+        raise ValueError("change_mode needs thread_id (from a first_call)")
+    opened = await session.locator.call(
+        root, THREAD_OPEN,
+        {"principal": session.principal, "workspace_root": root, "thread_id": args.thread_id},
+        timeout_s=THREAD_OPEN_TIMEOUT_S,
+    )
+    return replies.as_data(opened), await session.locator.handle(root)
+
+
+#: Each call type to the one function that finds or opens its thread.
+_THREADS: dict[str, Callable[[Session, InitializeArgs, str], Awaitable[Opened]]] = {
+    "status": _status_of, "reset_shell": _reset_shell, "first_call": _open,
+    "change_mode": _open,
+}
+
+
+async def _reply(session: Session, args: InitializeArgs, root: str,
+                 requested: ModeSpec | None, thread: dict[str, Any],
+                 handle: GuardianHandle | None) -> types.CallToolResult:
+    """The thread as this call leaves it (its mode set first, when asked), and its guardian."""
+    data: dict[str, Any] = {
+        "thread_id": thread.get("thread_id", args.thread_id),
+        "workspace_root": root,
+        "generation": thread.get("generation"),
+        "cwd": thread.get("cwd"),
+        "reattached": thread.get("reattached", False),
+        "mode": "wcgw",
+        "profile": session.caller.profile,
+        "principal": session.principal,
+        "guardian": _guardian(handle),
+        "agent_backends": {
+            "native": {"availability": "available"},
+            "herdr": {"configuration_present": False, "availability": "disabled",
+                      "reason": "configuration_missing"},
+        },
+    }
+    if "shell_running" in thread:
+        data["shell_running"] = thread["shell_running"]
+    if thread.get("shell_replaced"):  # the shell was lost and replaced: never silently
+        data["shell_replaced"] = thread["shell_replaced"]
+    found = await _mode(session, root, data["thread_id"], handle, thread, requested)
+    sandbox_text = ""
+    if found is not None:
+        mode, reply = found
+        data["mode"] = mode.name
+        if mode.code_writer is not None:
+            data["code_writer"] = mode.code_writer.model_dump(mode="json")
+        if reply is not None and reply.generation is not None:  # a fresh shell
+            data["generation"] = reply.generation
+            data["cwd"] = reply.cwd
+            if reply.orphans:
+                data["orphans"] = reply.orphans
+        if mode.name == "architect":
+            data.update(_sandbox(root, handle, reply))
+            sandbox_text = (f"; sandbox: {data['sandbox']}" if data["sandbox"]
+                            else f"; NOT sandboxed: {data['sandbox_missing']}")
+    if handle is not None and handle.lost_records:
+        data["guardian"]["lost_records"] = handle.lost_records
+    guardian = f"guardian protocol {handle.version}" if handle else "no guardian running"
+    text = (
+        f"thread {data['thread_id']} in {root} (shell generation {data['generation']}, "
+        f"cwd {data['cwd']}, mode {data['mode']}{sandbox_text}); {guardian}"
+    )
+    if data.get("shell_replaced"):
+        text += f"\nWARNING: {data['shell_replaced']['message']}"
+    return replies.ok(data, text)
+
+
+def _guardian(handle: GuardianHandle | None) -> dict[str, Any]:
+    if handle is None:
+        return {"running": False, "instance_id": None, "protocol": None, "capabilities": [],
+                "pid": None}
+    return {"running": True, "instance_id": handle.instance_id,
+            "protocol": str(handle.version), "capabilities": sorted(handle.capabilities),
+            "pid": handle.info.get("pid")}
 
 
 async def _mode(session: Session, root: str, thread_id: str | None,
@@ -139,14 +165,14 @@ async def _mode(session: Session, root: str, thread_id: str | None,
     scope = {"principal": session.principal, "workspace_root": root, "thread_id": thread_id}
     if requested is not None:
         reply = await set_thread_mode(session, root, scope, requested)
-        return ModeSpec.model_validate(reply.mode.wire()), reply
+        return mode_of(reply), reply
     if handle is None:
         stored = thread.get("mode")
         return (ModeSpec.model_validate(stored) if stored else ModeSpec()), None
     if str(Capability.THREAD_MODES) not in handle.capabilities:
         return ModeSpec(), None  # an older guardian's threads are all wcgw
     reply = await read_thread_mode(session, root, scope)
-    return ModeSpec.model_validate(reply.mode.wire()), reply
+    return mode_of(reply), reply
 
 
 def _sandbox(root: str, handle: GuardianHandle | None,
@@ -173,8 +199,8 @@ async def _status(session: Session, root: str, thread_id: str | None,
         return {}
     if handle is not None:
         try:
-            status: ThreadOpenResult = await handle.call(
-                "thread.open", {"principal": session.principal, "workspace_root": root,
+            status = await handle.call(
+                THREAD_OPEN, {"principal": session.principal, "workspace_root": root,
                                 "thread_id": thread_id, "read_only": True},
                 timeout_s=STATUS_TIMEOUT_S)
         except TetherError as err:
@@ -183,7 +209,7 @@ async def _status(session: Session, root: str, thread_id: str | None,
                 raise unresponsive(handle.paths, handle.info, root,
                                    waited_s=STATUS_TIMEOUT_S + REPLY_GRACE_S) from None
             raise
-        return status.wire()
+        return replies.as_data(status)
     row = session.locator.known_thread(root, thread_id)
     if row is None:
         raise TetherError(

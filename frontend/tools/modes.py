@@ -26,8 +26,9 @@ from tether.frontend.tools.base import Session
 from tether.frontend.tools.schemas import CommandAction, SendKeysAction, SendTextAction
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MODE_RPC_TIMEOUT_S
+from tether.protocol.method_table import EXEC_GET, THREAD_MODE, THREAD_SET_MODE
 from tether.protocol.methods import ModeSpec, mode_fingerprint
-from tether.protocol.results import GetResult, ThreadModeResult
+from tether.protocol.results import ThreadModeResult
 from tether.protocol.versions import Capability
 
 T = TypeVar("T")
@@ -66,16 +67,22 @@ async def thread_mode(session: Session, root: str, scope: dict[str, Any], *,
     if known is not None and known.name == "wcgw":
         return known, root  # nothing to check, so no cwd needed; the guardian verifies
     reply = await read_thread_mode(session, root, scope)
-    return ModeSpec.model_validate(reply.mode.wire()), reply.cwd
+    return mode_of(reply), reply.cwd
+
+
+def mode_of(reply: ThreadModeResult) -> ModeSpec:
+    """The mode a ``thread.mode`` or ``thread.set_mode`` reply names, as the front-end checks
+    actions against it (read from the reply's model: unknown fields a newer guardian sends
+    are left out)."""
+    return ModeSpec.model_validate(reply.mode, from_attributes=True)
 
 
 async def read_thread_mode(session: Session, root: str,
                            scope: dict[str, Any]) -> ThreadModeResult:
     """The guardian's ``thread.mode`` reply (remembered as a hint); the guardian must have
     ``thread_modes``."""
-    reply: ThreadModeResult = await session.locator.call(root, "thread.mode", scope,
-                                                         timeout_s=MODE_RPC_TIMEOUT_S)
-    session.modes.remember(_key(session, root, scope), ModeSpec.model_validate(reply.mode.wire()))
+    reply = await session.locator.call(root, THREAD_MODE, scope, timeout_s=MODE_RPC_TIMEOUT_S)
+    session.modes.remember(_key(session, root, scope), mode_of(reply))
     return reply
 
 
@@ -84,11 +91,11 @@ async def set_thread_mode(
 ) -> ThreadModeResult:
     """Store ``mode`` on the thread (a change gives it a fresh shell on a guardian with
     ``mode_sandbox``); ``capability_missing`` on a guardian without modes."""
-    reply: ThreadModeResult = await session.locator.call(
-        root, "thread.set_mode", {**scope, "mode": mode.model_dump(mode="json")},
+    reply = await session.locator.call(
+        root, THREAD_SET_MODE, {**scope, "mode": mode.model_dump(mode="json")},
         timeout_s=MODE_RPC_TIMEOUT_S,
     )
-    session.modes.remember(_key(session, root, scope), ModeSpec.model_validate(reply.mode.wire()))
+    session.modes.remember(_key(session, root, scope), mode_of(reply))
     return reply
 
 
@@ -143,8 +150,8 @@ async def key_violations(session: Session, root: str, scope: dict[str, Any],
     if action.execution_id is not None:
         # The guardian's record, read-only; an execution's thread and kind never change,
         # so what is checked here is what the keys reach (the mode guard covers the mode).
-        got: GetResult = await session.locator.call(
-            root, "exec.get", {**scope, "execution_id": action.execution_id},
+        got = await session.locator.call(
+            root, EXEC_GET, {**scope, "execution_id": action.execution_id},
             timeout_s=MODE_RPC_TIMEOUT_S)
         record = got.execution
         if record.thread_id != scope["thread_id"] or record.kind not in ("command", "background"):

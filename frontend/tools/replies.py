@@ -1,4 +1,9 @@
-"""Tool results: ``{ok, status, code?, message?, data}`` as structured content plus text."""
+"""Tool results: ``{ok, status, code?, message?, data}`` as structured content plus text.
+
+A guardian's reply stays its typed model up to here: :func:`as_data` and :func:`ok` are the
+one place a reply becomes a tool result's ``data`` (its wire map, as the guardian sent it,
+not serialised again).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,24 @@ from typing import Any
 import mcp_types as types
 
 from tether.protocol.errors import TetherError
+from tether.protocol.results import Result
 
 
-def ok(data: dict[str, Any], text: str, *, status: str = "ok") -> types.CallToolResult:
-    """A successful result (``status`` may be ``completed_with_issues``)."""
-    content: dict[str, Any] = {"ok": True, "status": status, "data": data}
+def as_data(reply: Result, **extra: Any) -> dict[str, Any]:
+    """``reply`` as a tool result's ``data``: the fields the guardian sent (a newer
+    guardian's unknown ones included), with ``extra`` added or replaced. The map is a new
+    one at the top; nested maps are the reply's own (the tool may add to them as its
+    output).
+    """
+    return {**reply.wire(), **extra}
+
+
+def ok(result: Result | dict[str, Any], text: str, *, status: str = "ok"
+       ) -> types.CallToolResult:
+    """A successful result (``status`` may be ``completed_with_issues``): ``result`` is a
+    reply passed on as it is, or the ``data`` a tool made of its replies."""
+    content: dict[str, Any] = {"ok": True, "status": status,
+                               "data": result.wire() if isinstance(result, Result) else result}
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content=content,

@@ -26,9 +26,24 @@ from tether.guardian.views.workspace_view import PersonDesk
 from tether.protocol import codec
 from tether.protocol.envelope import Request, error_response, ok_response, parse_request, request_id_of
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.methods import (
-    INSTANCE_OPTIONAL,
+from tether.protocol.method_table import (
+    EXEC_DESCRIBE,
+    EXEC_EXPLAIN,
+    EXEC_GET,
+    EXEC_INPUT,
+    EXEC_LIST,
+    EXEC_READ,
+    EXEC_SCREEN,
+    EXEC_START,
+    EXEC_STATUS,
+    GUARDIAN_SHUTDOWN,
+    HELLO,
     METHODS,
+    THREAD_OPEN,
+    THREAD_RESET_SHELL,
+    WORKSPACE_LIST,
+)
+from tether.protocol.methods import (
     ExecInputParams,
     ExecStartParams,
     ExecStatusParams,
@@ -41,7 +56,6 @@ from tether.protocol.methods import (
     validation_error,
 )
 from tether.protocol.results import (
-    RESULTS,
     ExecResult,
     HelloResult,
     InputOutcome,
@@ -63,15 +77,15 @@ Handler = Callable[[Request, Any], Awaitable[Result]]
 
 #: Methods answered straight from the socket's reader callback, with no task: they never
 #: wait for an event (at most for a screen catch-up) and never enter asyncio.timeout().
-IMMEDIATE = frozenset({
-    "hello", "exec.get", "exec.list", "exec.read", "exec.screen", "exec.explain",
-    "exec.describe", "workspace.list",
-})
+IMMEDIATE = frozenset(method.name for method in (
+    HELLO, EXEC_GET, EXEC_LIST, EXEC_READ, EXEC_SCREEN, EXEC_EXPLAIN, EXEC_DESCRIBE,
+    WORKSPACE_LIST,
+))
 
 #: Methods that also start in the reader callback but may wait: they run eagerly up to their
 #: first wait and move into a task themselves (``runtime/eager.in_task``) before any timeout.
 #: A command is typed without a loop turn first; the turn is taken while the shell runs it.
-EAGER = frozenset({"exec.start"})
+EAGER = frozenset({EXEC_START.name})
 
 #: Time kept back from a request's deadline so the answer reaches the client in time.
 REPLY_MARGIN_S = 0.05
@@ -126,13 +140,13 @@ class GuardianService:
         self._on_activity = on_activity
         self._on_shutdown = on_shutdown
         self._handlers: dict[str, Handler] = {
-            "hello": self.hello,
-            "guardian.shutdown": self.shutdown,
-            "thread.open": self.thread_open,
-            "thread.reset_shell": self.reset_shell,
-            "exec.start": self.exec_start,
-            "exec.status": self.exec_status,
-            "exec.input": self.exec_input,
+            HELLO.name: self.hello,
+            GUARDIAN_SHUTDOWN.name: self.shutdown,
+            THREAD_OPEN.name: self.thread_open,
+            THREAD_RESET_SHELL.name: self.reset_shell,
+            EXEC_START.name: self.exec_start,
+            EXEC_STATUS.name: self.exec_status,
+            EXEC_INPUT.name: self.exec_input,
         }
         rt = runtime
         inspector = self._inspector = Inspector(scope=rt.scope, catalog=rt.catalog, live=rt.live,
@@ -148,6 +162,8 @@ class GuardianService:
         modes = self._modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
         for side in (inspector, history, turns, desk, person, modes):
             self._handlers.update(side.handlers())
+        unknown = set(self._handlers) - set(METHODS)
+        assert not unknown, f"handlers for methods the table does not declare: {unknown}"
         # The agent lifecycle (and the modules behind it, about 0.4 MB resident; SPEC §11
         # idle RSS) is built on the first method that needs it: a guardian that only runs
         # commands never loads it. Every method left is the lifecycle's.
@@ -204,7 +220,7 @@ class GuardianService:
             result = await self._handlers[request.method](request, params)
             if not isinstance(result, Result):
                 # A handler still building a plain map: its reply is checked all the same.
-                result = RESULTS[request.method].model_validate(result)
+                result = METHODS[request.method].result.model_validate(result)
             reply = codec.encode(ok_response(self.version, request.id, result.wire()))
             if len(reply) > MAX_REPLY_BYTES:
                 raise reply_too_large(request.method, len(reply))
@@ -231,12 +247,11 @@ class GuardianService:
                 f"{MAJOR}.0-{self.version}",
                 {"client": str(request.version), "guardian": str(self.version)},
             )
-        entry = METHODS.get(request.method)
-        if entry is None:
+        method = METHODS.get(request.method)
+        if method is None:
             raise TetherError(ErrorCode.UNKNOWN_METHOD, f"unknown method {request.method!r}")
-        model, capability = entry
-        self._require(capability)
-        if request.method not in INSTANCE_OPTIONAL and request.guardian_instance_id != self.instance_id:
+        self._require(method.capability)
+        if not method.instance_optional and request.guardian_instance_id != self.instance_id:
             raise TetherError(
                 ErrorCode.WRONG_GUARDIAN,
                 "request was addressed to guardian instance "
@@ -250,7 +265,7 @@ class GuardianService:
                 {"input_sent": False},
             )
         try:
-            params = model.model_validate(request.params)
+            params: Params = method.params.model_validate(request.params)
         except ValidationError as exc:
             raise validation_error(exc, "params", request.params) from None
         # What the params ask for may need more than the method (a detection page): an

@@ -50,7 +50,7 @@ class Results:
         end (opening the journal afresh would look its segments up again).
 
         ``sent``: the reply goes out as it is (Result.built: assembled from the guardian's
-        own rows, checked by the front-end's read_result), not checked here a first time.
+        own rows, checked by the front-end's Method.read), not checked here a first time.
         Otherwise it is a validated model the caller may read and change.
         """
         live = self._live.get(execution_id)
