@@ -7,7 +7,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-
 #: What each trick's program prints on stderr.
 RAN_WORD = "TRICK_PROGRAM_RAN"
 

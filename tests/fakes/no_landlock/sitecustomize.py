@@ -7,5 +7,5 @@ try:
     from tether.guardian.runtime import sandbox
 
     sandbox.landlock_abi = lambda: 0
-except Exception:  # noqa: S110 - any other Python on this path (a shell's) is left alone
+except Exception:  # any other Python on this path (a shell's) is left alone
     pass
