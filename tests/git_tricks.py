@@ -28,6 +28,10 @@ TRICKS = (
     Trick("diff_external", (("diff.external", "{prog}"),), "git diff --no-index f g"),
     Trick("textconv_blame", (("diff.tc.textconv", "{prog}"),), "git blame f",
           attributes="f diff=tc"),
+    # --textconv after the guard's --no-textconv: the driver itself must be overridden, by
+    # its name as the config spells it (a subsection is case-sensitive).
+    Trick("textconv_forced", (("diff.TC.textconv", "{prog}"),), "git diff --textconv",
+          attributes="f diff=TC"),
     Trick("textconv_log", (("diff.tc.textconv", "{prog}"),), "git log -p -1",
           attributes="f diff=tc"),
     Trick("core_pager", (("core.pager", "{prog}"),), "git log -1"),

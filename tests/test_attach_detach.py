@@ -36,6 +36,7 @@ def burners() -> Iterator[None]:
             proc.wait(timeout=10)
 
 
+@pytest.mark.timeout(60 + 5 * TRIES)
 async def test_attach_exits_within_a_second_of_detaching_under_load(
         client: Client, workspace: Path, burners: None) -> None:
     session = await initialize(client, workspace)

@@ -127,11 +127,13 @@ def configured_keys(real_git: str, env: dict[str, str]) -> list[str]:
 
 
 def overrides(keys: list[str]) -> dict[str, str]:
-    found = {key.lower(): value for key, value in FIXED.items()}
+    """Each key to override and its value. Keys stay as git listed them: a subsection is
+    case-sensitive (``diff.TC.textconv`` is not ``diff.tc.textconv``)."""
+    found = dict(FIXED)
     for key in keys:
         value = neutral(key)
         if value is not None:
-            found.setdefault(key.lower(), value)
+            found.setdefault(key, value)
     return found
 
 
