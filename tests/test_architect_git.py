@@ -24,6 +24,7 @@ def _snapshot(root: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("kernel_sandbox", [True, False], ids=["sandbox", "sandbox_missing"])
+@pytest.mark.timeout(300)
 async def test_architect_git_runs_no_program_a_repository_names(
         tether_env: object, workspace: Path, tmp_path: Path, kernel_sandbox: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +45,9 @@ async def test_architect_git_runs_no_program_a_repository_names(
         session = await initialize(client, workspace)
         # wcgw: every trick runs its program (so the check below can fail).
         for trick in TRICKS:
-            await run(client, session, f"cd {workspace / trick.name} && PAGER=cat {trick.command}")
+            done = await run(client, session,
+                             f"cd {workspace / trick.name} && PAGER=cat {trick.command}", wait=60)
+            assert done["status"] == "exited", (trick.name, done)
         ran = sorted(name for name, marker in markers.items() if marker.exists())
         assert ran == sorted(markers), f"tricks that did not run in wcgw: {set(markers) - set(ran)}"
         for marker in markers.values():
@@ -56,7 +59,8 @@ async def test_architect_git_runs_no_program_a_repository_names(
             assert changed["sandbox"] is None and "Landlock" in changed["sandbox_missing"]
         before = _snapshot(outside)
         for trick in TRICKS:
-            done = await run(client, session, f"cd {workspace / trick.name} && {trick.command}")
+            done = await run(client, session, f"cd {workspace / trick.name} && {trick.command}",
+                             wait=60)
             assert done["status"] == "exited", (trick.name, done)
             assert RAN_WORD not in done["output"], (trick.name, done["output"])
         ran = sorted(name for name, marker in markers.items() if marker.exists())
