@@ -141,7 +141,8 @@ class Launcher:
         argv = job_argv(params.command)
         runtime = PtyRuntime(
             sandbox.wrap(argv) if sandboxed else argv,
-            env=self._threads.env_for(thread["thread_id"], execution_id, sandboxed=sandboxed),
+            env=self._threads.env_for(thread["thread_id"], execution_id, sandboxed=sandboxed,
+                                      architect=self._threads.architect(thread["thread_id"])),
             cwd=cwd,
             rows=params.rows,
             cols=params.cols,

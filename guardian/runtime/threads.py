@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from typing import Any
 
-from tether.guardian.runtime import kernel, sandbox
+from tether.guardian.runtime import git_guard, kernel, sandbox
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.notify import ChangeNotifier
@@ -57,7 +58,8 @@ _ENDED = {
 
 
 #: An architect shell's git and pagers: no optional index writes (which the sandbox would
-#: refuse with a warning), no pager that a repository's config could name.
+#: refuse with a warning), no pager that a repository's config could name. Its ``git`` is
+#: git_guard's besides (first on PATH), which overrides every program a config names.
 ARCHITECT_ENV = {
     "GIT_OPTIONAL_LOCKS": "0",
     "GIT_PAGER": "cat",
@@ -164,7 +166,8 @@ class Threads:
             thread_id=thread["thread_id"],
             generation=generation,
             cwd=cwd,
-            env=self.env_for(thread["thread_id"], None, sandboxed=sandboxed),
+            env=self.env_for(thread["thread_id"], None, sandboxed=sandboxed,
+                             architect=self.architect(thread["thread_id"])),
             scratch=self._paths.scratch,
             rows=DEFAULT_ROWS,
             cols=DEFAULT_COLS,
@@ -197,8 +200,9 @@ class Threads:
         return self._replaced.pop(thread_id, None)
 
     def env_for(self, thread_id: str, execution_id: str | None, *,
-                sandboxed: bool = False) -> dict[str, str]:
-        """Environment of every process Tether starts (R24)."""
+                sandboxed: bool = False, architect: bool = False) -> dict[str, str]:
+        """Environment of every process Tether starts (R24); an architect thread's shell and
+        jobs get git_guard's ``git`` first on PATH, with or without the kernel sandbox."""
         env = dict(self._base_env)
         env.update(
             TERM="xterm-256color",
@@ -207,16 +211,25 @@ class Threads:
         )
         if execution_id is not None:
             env["TETHER_EXECUTION_ID"] = execution_id
-        if sandboxed:
+        if sandboxed or architect:
             env.update(ARCHITECT_ENV)
+            real_git = shutil.which("git", path=env.get("PATH", os.defpath))
+            if real_git is not None:
+                guarded = git_guard.install(str(self._paths.runtime / "architect-bin"),
+                                            real_git)
+                env["PATH"] = f"{guarded}:{env.get('PATH', os.defpath)}"
         return env
+
+    def architect(self, thread_id: str) -> bool:
+        """Is this thread in architect mode (its shells and jobs read-only)?"""
+        mode = self._catalog.get_thread_mode(thread_id)
+        return mode is not None and mode.get("name") == "architect"
 
     def sandboxed(self, thread_id: str) -> bool:
         """Do this thread's shells and jobs start inside the architect sandbox?"""
         if self.sandbox is None:
             return False
-        mode = self._catalog.get_thread_mode(thread_id)
-        return mode is not None and mode.get("name") == "architect"
+        return self.architect(thread_id)
 
     def shell_sandboxed(self, thread_id: str) -> bool | None:
         """Is the thread's live shell sandboxed (None: no live shell here)?"""
