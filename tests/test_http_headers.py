@@ -10,8 +10,9 @@ import secrets
 from pathlib import Path
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
-from tests.mcp_helpers import http_server, write_principals
+from tests.mcp_helpers import http_client, http_server, write_principals
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -67,3 +68,17 @@ async def test_whitespace_around_header_values_is_not_part_of_them(
         status, _, _ = await _post(port, [("Host", "evil.example:80 "),
                                           ("Authorization", f"Bearer {TOKEN} ")], INIT)
         assert status == 421
+
+
+async def test_an_unknown_tool_is_a_protocol_error_over_http(
+        tether_env: Config, tmp_path: Path) -> None:
+    """The MCP specification lists an unknown tool among protocol errors (-32602), not tool
+    results; stdio answers the same (tests/test_direct_calls.py)."""
+    principals = write_principals(tmp_path / "principals.toml",
+                                  [{"id": "alice", "token": TOKEN, "profile": "full"}])
+    with http_server(principals) as url:
+        async with http_client(url, TOKEN) as client:
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool("NoSuchTool", {})
+    assert raised.value.error.code == -32602
+    assert "unknown tool 'NoSuchTool'" in raised.value.error.message

@@ -1,7 +1,8 @@
 """The MCP server: lists the tools and dispatches calls (low-level ``mcp.server.Server``).
 
 Every call's arguments are validated by the tool's pydantic model; every failure becomes a
-tool result with ``is_error`` and a stable code, never a protocol error.
+tool result with ``is_error`` and a stable code. The one protocol error is a call to a tool
+that does not exist (JSON-RPC -32602, as the MCP specification has it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from tether.frontend.guardians.locator import GuardianLocator
@@ -92,11 +94,11 @@ def build_server(
             caller = resolve(ctx)
             tool = tools.get(params.name)
             if tool is None:
+                # The MCP specification lists an unknown tool among protocol errors, not
+                # tool results: JSON-RPC -32602 (invalid params), the same on every transport.
                 visible = [name for name in tools if name in caller.tools]
-                raise TetherError(
-                    ErrorCode.INVALID_REQUEST,
-                    f"unknown tool {params.name!r}; tools: {', '.join(visible)}",
-                )
+                raise MCPError(types.INVALID_PARAMS,
+                               f"unknown tool {params.name!r}; tools: {', '.join(visible)}")
             caller.check_tool(tool.name)  # checked at call as well as at list (R27)
         except TetherError as err:
             return replies.error(err)
