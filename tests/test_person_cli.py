@@ -319,7 +319,8 @@ async def test_guardians_stop_all_reaches_every_principals_guardians(
     child = spawn_guardian(paths, "alice", str(other))
     try:
         alice = poll(lambda: read_info(paths), what="alice's guardian.json")
-        status = tether("guardians", "status", "--workspace", str(other), "--principal", "alice")
+        status = tether("guardians", "status", "--workspace", str(other), "--principal", "alice",
+                        "--json")
         assert status.returncode == 0 and json.loads(status.stdout)["answering"] is True
         listed = tether("guardians", "list")
         assert f"{other}  protocol" in listed.stdout and "principal alice" in listed.stdout

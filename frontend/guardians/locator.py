@@ -321,13 +321,7 @@ class GuardianLocator:
         """Call a guardian method; on a lost guardian, re-locate and retry reads once."""
         thread_id = params.get("thread_id")
         with usage.phase("admission"):
-            try:
-                handle = await self.handle(workspace_root, thread_id)
-            except TetherError as err:
-                if err.code == ErrorCode.SESSION_MISMATCH and method == "thread.open":
-                    # Reattaching to an unknown thread: what a running guardian would say.
-                    raise TetherError(ErrorCode.NOT_FOUND, err.message, err.data) from None
-                raise
+            handle = await self.handle(workspace_root, thread_id)
         try:
             with usage.phase(usage.phase_for_method(method)):
                 return await handle.call(method, params, timeout_s=timeout_s)

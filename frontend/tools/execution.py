@@ -61,8 +61,8 @@ class ExecutionTool(Tool):
                 await require_list_pages(session, root)
                 params["before"] = action.before
             listed: ListResult = await call(root, "exec.list", params, timeout_s=RPC_SLACK_S)
-            lines = [f"{r.execution_id} {r.status} {r.exit_code} {(r.command or '')[:80]}"
-                     for r in listed.executions]
+            lines = [f"{r.execution_id} {replies.status_words(r.status, r.exit_code, r.reason)} "
+                     f"{(r.command or '')[:80]}" for r in listed.executions]
             if listed.next_before is not None:
                 lines.append(f"(older records: list with before={listed.next_before})")
             return replies.ok(listed.wire(), "\n".join(lines) or "no executions yet")
@@ -111,7 +111,7 @@ class ExecutionTool(Tool):
             decision = explained.recognition
             return replies.ok(explained.wire(),
                               f"{decision.state} (recognizer {decision.recognizer}, "
-                              f"rule {decision.rule}, reason {decision.reason})")
+                              f"rule {decision.rule or '-'}, reason {decision.reason or '-'})")
         assert isinstance(action, WaitAction)
         timeout_ms = int(action.timeout_seconds * 1000)
         waited: WaitResult = await call(
@@ -120,7 +120,8 @@ class ExecutionTool(Tool):
              "timeout_ms": timeout_ms, "events": action.events},
             timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
         )
-        changed = ", ".join(f"{r.execution_id} {r.status}" for r in waited.changed)
+        changed = ", ".join(f"{r.execution_id} {replies.status_words(r.status, r.exit_code, r.reason)}"
+                            for r in waited.changed)
         text = (f"{waited.outcome}: {changed}" if changed else
                 f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
                 "again with after = data.cursor to miss nothing meanwhile")

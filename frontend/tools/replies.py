@@ -10,6 +10,13 @@ import mcp_types as types
 from tether.protocol.errors import TetherError
 
 
+def status_words(status: str, exit_code: int | None, reason: str | None) -> str:
+    """A record's end for a text summary: ``exited 0``, ``unknown (guardian_lost)``,
+    ``running``; a missing exit code is left out (never Python's ``None``), a reason kept."""
+    words = status if exit_code is None else f"{status} {exit_code}"
+    return f"{words} ({reason})" if reason else words
+
+
 def ok(data: dict[str, Any], text: str, *, status: str = "ok") -> types.CallToolResult:
     """A successful result (``status`` may be ``completed_with_issues``)."""
     content: dict[str, Any] = {"ok": True, "status": status, "data": data}
