@@ -11,7 +11,10 @@ address) and the proxy on 127.0.0.1 at the same port: the Host header the suite 
 names a loopback name and port Tether allows, as its DNS-rebinding check wants, and the
 suite's own DNS-rebinding scenario (which needs a loopback URL) can run.
 
-    scripts/conformance [--suite-dir DIR] [--node NODE] [--scenario NAME ...]
+    scripts/conformance [--suite-dir DIR] [--node NODE] [--scenario NAME ...] [SUITE OPTIONS]
+
+Options it does not know (``--suite all``, ``--spec-version 2026-07-28``, ``--verbose``) go
+to the suite's ``server`` command as they are.
 
 Not part of the test suite: it needs node and npm (see docs/development.md).
 """
@@ -29,8 +32,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-#: The server scenarios the 0.2 line lists (``conformance list``), minus the extension
-#: families (tasks, skills) Tether does not offer.
 DEFAULT_SUITE_DIR = Path("/tmp/conf")
 HEAD_END = b"\r\n\r\n"
 MAX_HEAD = 64 * 1024
@@ -104,6 +105,8 @@ async def proxy(upstream_port: int, token: str, ready: asyncio.Event) -> None:
         try:
             await asyncio.gather(_requests(reader, up_writer, auth_line),
                                  _pipe(up_reader, writer))
+        except asyncio.CancelledError:
+            pass  # shutting down: Python 3.11's stream server prints a cancelled handler's trace
         finally:
             up_writer.close()
             writer.close()
@@ -162,6 +165,7 @@ async def _run(args: argparse.Namespace) -> int:
                     command += ["--scenario", scenario]
                 if args.output:
                     command += ["-o", str(args.output)]
+                command += args.passed
                 child = await asyncio.create_subprocess_exec(*command)
                 statuses.append(await child.wait())
             return max(statuses)
@@ -180,7 +184,8 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None,
+                                     allow_abbrev=False)  # --suite is the suite's
     parser.add_argument("--suite-dir", type=Path, default=DEFAULT_SUITE_DIR,
                         help="where `npm install --prefix DIR @modelcontextprotocol/"
                         "conformance@0.2.0-alpha.12` put the suite (default: /tmp/conf)")
@@ -190,7 +195,9 @@ def main() -> int:
     parser.add_argument("-o", "--output", type=Path, help="the suite's result directory")
     parser.add_argument("--keep-log", action="store_true",
                         help="print tether serve's log at the end")
-    return asyncio.run(_run(parser.parse_args()))
+    args, passed = parser.parse_known_args()
+    args.passed = passed  # the rest goes to the suite as it is
+    return asyncio.run(_run(args))
 
 
 if __name__ == "__main__":

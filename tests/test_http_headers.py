@@ -1,18 +1,22 @@
-"""Header values over HTTP are read without the spaces and tabs around them (RFC 9110 §5.5),
-for every header Tether reads: Host, Authorization, MCP-Protocol-Version, Mcp-Session-Id.
-Sent over a raw socket: HTTP clients refuse to send such values at all."""
+"""The protocol surface the MCP conformance suite checks: header values over HTTP read
+without the spaces and tabs around them (RFC 9110 §5.5) for every header Tether reads (Host,
+Authorization, MCP-Protocol-Version, Mcp-Session-Id), sent over a raw socket since HTTP
+clients refuse to send such values; an unknown tool as a protocol error; logging/setLevel."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import secrets
+import warnings
 from pathlib import Path
 
 import pytest
-from mcp.shared.exceptions import MCPError
+from mcp import Client
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.mcp_helpers import http_client, http_server, write_principals
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +86,16 @@ async def test_an_unknown_tool_is_a_protocol_error_over_http(
                 await client.call_tool("NoSuchTool", {})
     assert raised.value.error.code == -32602
     assert "unknown tool 'NoSuchTool'" in raised.value.error.message
+
+
+async def test_a_logging_level_is_accepted_in_the_handshake_era(tether_env: Config) -> None:
+    """``logging/setLevel`` is answered ``{}`` (Tether logs nothing at any level, so every
+    level holds), not -32601: handshake-era clients and the conformance suite set one. From
+    protocol 2026-07-28 on the method is gone, and the SDK says so."""
+    async with Client(build_server(tether_env), mode="legacy") as client:
+        assert client.server_capabilities is not None
+        assert client.server_capabilities.logging is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # the client's own warning
+            answered = await client.set_logging_level("info")
+    assert answered.model_dump(exclude_none=True) == {}

@@ -49,7 +49,8 @@ async def test_ids_may_be_abbreviated_to_a_unique_prefix(client: Client,
     tailed = tether("tail", start)
     assert tailed.returncode == 0 and "first-output" in tailed.stdout, tailed.stderr
     # The common start of both is ambiguous: refused, naming them.
-    common = os.path.commonprefix(ids)
+    common = next(ids[0][:size] for size in range(len(ids[0]), 0, -1)
+                  if ids[1].startswith(ids[0][:size]))
     refused = tether("show", common)
     assert refused.returncode == 2, refused.stdout
     assert "invalid_request" in refused.stderr and all(i in refused.stderr for i in ids)

@@ -8,12 +8,13 @@ that does not exist (JSON-RPC -32602, as the MCP specification has it).
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import ValidationError
 
 from tether.frontend.guardians.locator import GuardianLocator
@@ -124,14 +125,25 @@ def build_server(
                 ErrorCode.INTERNAL, "internal error in the Tether front-end; see its stderr log"
             ))
 
-    server: Server[Any] = Server(
-        SERVER_NAME,
-        version=SERVER_VERSION,
-        instructions="Terminals that survive restarts. Call Initialize first.",
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        get_tool_input_schema=input_schema,
-    )
+    async def set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        # Tether sends no log messages at any level, so every level is honoured as it is.
+        # Answered (not -32601) because handshake-era clients and the MCP conformance suite
+        # set a level whether or not a server logs.
+        return types.EmptyResult()
+
+    with warnings.catch_warnings():
+        # The SDK warns that logging is deprecated from protocol 2026-07-28 on; the eras
+        # before it (most clients in use) still have logging/setLevel.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            SERVER_NAME,
+            version=SERVER_VERSION,
+            instructions="Terminals that survive restarts. Call Initialize first.",
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            get_tool_input_schema=input_schema,
+            on_set_logging_level=set_logging_level,
+        )
     _drop_idle_tracing(server)
     return server
 
