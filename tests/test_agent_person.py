@@ -96,8 +96,8 @@ async def test_person_detaches_and_archives_with_the_cli(
     assert {k: after[k] for k in unchanged} == {k: before[k] for k in unchanged}
     assert not gone(pid_of(after))
 
-    archived = tether("archive", child)
-    assert archived.returncode == 0 and f"archived: {child}" in archived.stdout
+    archived = tether("archive", child[:-4])  # a unique start of the id names it
+    assert archived.returncode == 0 and f"archived: {child}" in archived.stdout, archived.stderr
     record = (await wait_state(client, session, child, "closed"))["agent"]
     assert record["archived_at"] is not None and gone(pid_of(record))
     assert child not in tether("list").stdout

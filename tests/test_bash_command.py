@@ -312,10 +312,11 @@ async def test_input_read_by_a_program_that_then_ends_says_program_exited_withou
     assert "got yes" in typed["output"], typed
 
 
-async def test_ctrl_c_is_reported_as_a_signal_and_a_printable_key_points_to_send_text(
+async def test_ctrl_c_is_reported_as_a_signal_and_a_printable_key_is_typed_as_itself(
         client: Client, workspace: Path) -> None:
     """Ctrl-c in line mode becomes SIGINT, not input that waits for Enter (before:
-    line_buffered, "wait for Enter", which would have queued a line for the shell)."""
+    line_buffered, "wait for Enter", which would have queued a line for the shell). A
+    printable key is typed as itself: in line mode it waits for Enter (line_buffered)."""
     session = await initialize(client, workspace)
     ignoring = ("python3 -c 'import signal, time; signal.signal(signal.SIGINT, "
                 "signal.SIG_IGN); print(\"ready\", flush=True); time.sleep(30)'")
@@ -324,14 +325,31 @@ async def test_ctrl_c_is_reported_as_a_signal_and_a_printable_key_points_to_send
     sent = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
                                         "execution_id": started["execution_id"]}, wait=0.5)
     assert sent["delivery"] == "signal" and "warning" not in sent, sent
+    typed = await bash(client, session, {"type": "send_keys", "keys": ["q"],
+                                         "execution_id": started["execution_id"]}, wait=0.5)
+    assert typed["input_sent"] is True and typed["delivery"] == "line_buffered", typed
     refused = await call_error(client, "BashCommand", {
         "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
-        "action_json": {"type": "send_keys", "keys": ["q"],
+        "action_json": {"type": "send_keys", "keys": ["qq"],
                         "execution_id": started["execution_id"]}})
     assert refused["code"] == "invalid_key" and "send_text" in refused["message"], refused
     quit_ = await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-\\"],
                                          "execution_id": started["execution_id"]}, wait=5)
     assert (quit_["status"], quit_.get("exit_code")) == ("exited", 131), quit_
+
+
+async def test_a_printable_key_answers_a_program_that_reads_keys(
+        client: Client, workspace: Path) -> None:
+    """``send_keys ["y"]`` answers a one-key question (``read -n 1``: the terminal out of
+    line mode), as a pager's ``q`` would; before, it was ``invalid_key``."""
+    session = await initialize(client, workspace)
+    started = await bash(client, session, {
+        "type": "command", "command": "read -r -n 1 -p 'go? ' x; echo; echo got-$x"}, wait=0.5)
+    assert started["status"] == "running", started
+    typed = await bash(client, session, {"type": "send_keys", "keys": ["y"],
+                                         "execution_id": started["execution_id"]}, wait=5)
+    assert (typed["status"], typed["exit_code"]) == ("exited", 0), typed
+    assert "got-y" in typed["output"], typed
 
 
 async def test_set_x_traces_the_command_not_the_shell_integration(

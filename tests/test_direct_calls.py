@@ -63,7 +63,7 @@ class _Feed:
 def _requests(meta: dict[str, Any] | None, rel: str) -> list[dict[str, Any]]:
     """Calls with deterministic answers (no guardian): direct ones and ones the SDK must take."""
     return [
-        _call(1, "NoSuchTool", {}, meta),                                 # a tool error
+        _call(1, "NoSuchTool", {}, meta),                                 # a protocol error
         _call(2, "Initialize", {"workspace_root": rel}, meta),            # refused by Tether
         _call(3, "BashCommand", {"thread_id": 5}, meta),                  # arguments refused
         _call("four", "Initialize", {"workspace_root": rel, "x": "é✓"}, meta),
@@ -127,8 +127,11 @@ async def test_direct_answers_are_the_sdks_byte_for_byte(
         return {json.loads(line)["id"]: line for line in written}
 
     assert by_id(by_direct) == by_id(by_sdk)
-    tool_error = json.loads(by_id(by_direct)[1])["result"]
-    assert tool_error["isError"] is True and "unknown tool" in tool_error["content"][0]["text"]
+    # An unknown tool is a protocol error (the MCP specification's -32602), not a tool result,
+    # answered the same whichever path ran it.
+    unknown = json.loads(by_id(by_direct)[1])["error"]
+    assert unknown["code"] == -32602 and "unknown tool 'NoSuchTool'" in unknown["message"]
+    assert "BashCommand" in unknown["message"]
     assert "error" in json.loads(by_id(by_direct)[6])  # the SDK's own refusal
     raised = json.loads(by_id(by_direct)[8])["error"]
     if era == "modern":

@@ -98,7 +98,7 @@ async def test_principals_cannot_see_each_other(tether_env: Config, principals: 
                 assert foreign["code"] == "session_mismatch"
                 reattach = await call_error(bob, "Initialize", {
                     "workspace_root": str(workspace), "thread_id": thread})
-                assert reattach["code"] == "not_found"
+                assert reattach["code"] == "session_mismatch"
             # Alice still sees her own, untouched.
             again = (await execution(alice, a, {"type": "list"}))["data"]["executions"]
             assert [r["execution_id"] for r in again] == [a_id]

@@ -226,7 +226,7 @@ async def test_unknown_threads_start_no_guardian(tether_env: Config, tmp_path: P
         assert listed["code"] == "session_mismatch"
         reattach = await call_error(client, "Initialize", {
             "type": "first_call", "workspace_root": str(roots[1]), "thread_id": "th_bogus"})
-        assert reattach["code"] == "not_found"
+        assert reattach["code"] == "session_mismatch"
         # A real thread of another workspace is not a thread of this one either.
         session = await initialize(client, roots[2])
         other = await call_error(client, "BashCommand", {

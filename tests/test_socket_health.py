@@ -60,7 +60,7 @@ async def test_lost_socket_is_bound_again(damage: str, tether_env: Config, works
             assert again["guardian"]["instance_id"] == session["guardian"]["instance_id"]
             assert (await run(second, again, "echo reached"))["output"].strip() == "reached"
     assert len(tether_processes(tether_env.runtime_dir, "tether-guardian")) == 1
-    status = tether("guardians", "status", "--workspace", str(workspace))
+    status = tether("guardians", "status", "--workspace", str(workspace), "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["answering"] is True
     stopped = tether("guardians", "stop", "--workspace", str(workspace), "--yes")
@@ -104,7 +104,7 @@ async def test_stopped_guardian_is_unresponsive_not_a_failed_start(
                 assert "is stopped (SIGSTOP" in refused["message"], refused["message"]
                 assert "did not answer within" not in refused["message"]
                 assert elapsed < HELLO_TIMEOUT_S, elapsed
-            status = tether("guardians", "status", "--workspace", str(workspace))
+            status = tether("guardians", "status", "--workspace", str(workspace), "--json")
             shown = json.loads(status.stdout)
             assert (shown["alive"], shown["answering"], shown["process_status"]) == (
                 True, False, "stopped")
@@ -154,7 +154,7 @@ async def test_guardians_stop_by_identity_when_it_does_not_answer(
     assert "SIGTERM" in restarted.stdout and "started guardian" in restarted.stdout
     poll(lambda: not psutil.pid_exists(second["pid"])
          or psutil.Process(second["pid"]).status() == psutil.STATUS_ZOMBIE, what="old guardian exit")
-    fresh = json.loads(tether("guardians", "status", "--workspace", str(workspace)).stdout)
+    fresh = json.loads(tether("guardians", "status", "--workspace", str(workspace), "--json").stdout)
     assert fresh["answering"] is True and fresh["instance_id"] != second["instance_id"]
 
 

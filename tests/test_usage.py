@@ -338,11 +338,11 @@ async def test_wait_fields_record_what_the_call_did(
             action = {"type": "command", "command": line, **extra.pop("action", {})}
             return await client.call_tool("BashCommand", {**scope, "action_json": action, **extra})
 
-        # Lax arguments the tool accepts: the validated values are what is logged.
-        running = await command("sleep 30", wait_for_seconds="1")
+        # The validated values are what is logged (an integer of seconds, as a wait).
+        running = await command("sleep 30", wait_for_seconds=1)
         assert running.structured_content and running.structured_content["data"]["status"] == \
             "running"
-        background = await command("sleep 30", action={"is_background": "true"})
+        background = await command("sleep 30", action={"is_background": True})
         assert not background.is_error
         # Refused before any wait was taken: by the guardian, by the front-end, by validation.
         assert (await command("echo busy")).structured_content["code"] == "shell_busy"

@@ -31,7 +31,7 @@ from tether.frontend import usage
 from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
-from tether.protocol.method_table import HELLO, THREAD_OPEN, Method
+from tether.protocol.method_table import HELLO, Method
 from tether.protocol.methods import Params, params_capability
 from tether.protocol.results import HelloResult, Result
 from tether.protocol.transport import REPLY_GRACE_S, GuardianClient
@@ -321,13 +321,7 @@ class GuardianLocator:
         """Call a guardian method; on a lost guardian, re-locate and retry reads once."""
         thread_id = params.get("thread_id")
         with usage.phase("admission"):
-            try:
-                handle = await self.handle(workspace_root, thread_id)
-            except TetherError as err:
-                if err.code == ErrorCode.SESSION_MISMATCH and method is THREAD_OPEN:
-                    # Reattaching to an unknown thread: what a running guardian would say.
-                    raise TetherError(ErrorCode.NOT_FOUND, err.message, err.data) from None
-                raise
+            handle = await self.handle(workspace_root, thread_id)
         try:
             with usage.phase(usage.phase_for_method(method)):
                 return await handle.call(method, params, timeout_s=timeout_s)

@@ -237,6 +237,24 @@ def _stop_all(config: Config, principal: str | None, *, yes: bool) -> int:
     return max(statuses)
 
 
+def _status_text(root: str, principal: str, facts: dict[str, Any]) -> str:
+    """``guardians status`` for a person: one line of what it is doing, then its facts."""
+    who = "" if principal == "local" else f" (principal {principal})"
+    if not facts.get("pid"):
+        return f"no guardian is running for {root}{who}"
+    if not facts["alive"]:
+        head = f"the guardian of {root}{who} is gone (pid {facts['pid']} exited)"
+    elif facts["answering"]:
+        head = f"the guardian of {root}{who} is running and answering"
+    else:
+        head = (f"the guardian of {root}{who} is alive but does not answer "
+                f"(process status: {facts['process_status']})")
+    shown = ("pid", "instance_id", "protocol", "endpoint", "principal", "started_unix_ms")
+    lines = [head] + [f"  {key}: {'-' if facts.get(key) is None else facts[key]}"
+                      for key in shown if key in facts]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tether guardians",
@@ -264,11 +282,17 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("stop", "restart"):
             p.add_argument("--yes", action="store_true",
                            help="really stop it, ending every running terminal it holds")
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:
         config = Config.from_env()
         if args.command == "list":
-            for entry in _all_infos(config):
+            entries = _all_infos(config)
+            if not entries:
+                _say(f"no guardian has announced itself in {config.runtime_dir} (one starts "
+                     "with the first tool call in a workspace)")
+            for entry in entries:
                 state = "alive" if entry["alive"] else "gone"
                 who = entry.get("principal") or "local"
                 _say(f"{entry.get('workspace_root')}  protocol {entry.get('protocol')}  "
@@ -287,9 +311,12 @@ def main(argv: list[str] | None = None) -> int:
             status = process_status(ident.pid) if ident else "gone"
             answering = (alive and info is not None and status != psutil.STATUS_STOPPED
                          and asyncio.run(_answers(info)))
-            print(json.dumps({"alive": alive, "answering": answering, "process_status": status,
-                              **{k: v for k, v in (info or {}).items() if k != "auth_token"}},
-                             indent=2))
+            facts = {"alive": alive, "answering": answering, "process_status": status,
+                     **{k: v for k, v in (info or {}).items() if k != "auth_token"}}
+            if args.json:
+                print(json.dumps(facts, indent=2))
+            else:
+                _say(_status_text(root, principal, facts))
             return 0 if alive else 1
         stopped = _stop(config, root, principal, yes=args.yes)
         if args.command == "stop" or stopped != 0:

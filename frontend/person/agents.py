@@ -20,7 +20,7 @@ from typing import Any
 
 from tether.frontend.guardians.agent_tree import archive_everywhere
 from tether.frontend.guardians.locator import GuardianLocator, read_info
-from tether.frontend.person.connect import as_data, workspace_arg
+from tether.frontend.person.connect import ambiguous, as_data, workspace_arg
 from tether.frontend.person.term import table, visible
 from tether.frontend.tools.agent_lifecycle import agent_line
 from tether.protocol.errors import TetherError
@@ -71,6 +71,23 @@ async def _with_locator(config: Config, work: Callable[[GuardianLocator], Awaita
         locator.close()
 
 
+async def _whole_id(locator: GuardianLocator, root: str, scope: dict[str, Any],
+                    given: str) -> str:
+    """The agent id ``given`` names: itself when an agent has it, else the one agent whose
+    id starts with it (as git and docker take ids); a start of several is refused with the
+    candidates; a start of none is left for the guardian to call ``not_found``."""
+    listed = await locator.call(root, AGENT_LIST, {
+        **scope, "include_archived": True, "limit": MAX_AGENT_LIST},
+        timeout_s=AGENT_RPC_TIMEOUT_S)
+    ids = sorted(str(a["execution_id"]) for a in as_data(listed)["agents"])
+    if given in ids:
+        return given
+    matches = [i for i in ids if i.startswith(given)]
+    if len(matches) > 1:
+        raise ambiguous(given, matches)
+    return matches[0] if matches else given
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether agents", description=__doc__.splitlines()[0]
                                      if __doc__ else None)
@@ -118,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"no agents in {visible(root)}")
             return 0
+        args.execution_id = await _whole_id(locator, root, scope, args.execution_id)
         if args.command == "detach":
             detached = await locator.call(root, AGENT_DETACH, {
                 **scope, "execution_id": args.execution_id}, timeout_s=AGENT_RPC_TIMEOUT_S)

@@ -476,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(f"looking for {args.execution_id}"):
                 entry, described = await find_execution(
                     found, args.execution_id, config=config, workspace=args.workspace)
+            args.execution_id = described.execution.execution_id  # a prefix, whole
             if args.write and not described.live:
                 raise TetherError(ErrorCode.NOT_RUNNING,
                                   f"{args.execution_id} is {described.execution.status}; "

@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 from tether.frontend.guardians.health import measured, restart_for, stopped
 from tether.frontend.guardians.locator import GuardianHandle, GuardianLocator
-from tether.frontend.person.offline import OnDisk, find_on_disk
+from tether.frontend.person.offline import OnDisk, find_on_disk, ids_on_disk
 from tether.frontend.person.term import visible
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import RPC_SLACK_S
-from tether.protocol.method_table import EXEC_DESCRIBE, Method
+from tether.protocol.limits import MAX_WORKSPACE_LIST, RPC_SLACK_S
+from tether.protocol.method_table import EXEC_DESCRIBE, WORKSPACE_LIST, Method
 from tether.protocol.methods import Params
 from tether.protocol.results import DescribeResult, Result
 from tether.protocol.versions import Capability, minor_introducing
@@ -176,6 +176,59 @@ async def guardians(config: Config, workspace: str | None = None, *,
 
 async def find_execution(found: list[Found], execution_id: str, *, config: Config,
                          workspace: str | None = None) -> tuple[Found | OnDisk, DescribeResult]:
+    """The guardian holding ``execution_id`` and its ``exec.describe`` (see
+    :func:`_find_exact`); an id no guardian or catalog holds is taken as the start of one,
+    as git and docker take ids: a unique prefix names that execution (the describe's
+    ``execution.execution_id`` is its whole id), a prefix of several is refused with the
+    candidates (``invalid_request``)."""
+    try:
+        return await _find_exact(found, execution_id, config=config, workspace=workspace)
+    except TetherError as err:
+        if err.code != ErrorCode.NOT_FOUND:
+            raise
+        candidates = await ids_with_prefix(found, execution_id, config=config,
+                                           workspace=workspace)
+        if not candidates:
+            raise
+    if len(candidates) > 1:
+        raise ambiguous(execution_id, candidates)
+    return await _find_exact(found, candidates[0], config=config, workspace=workspace)
+
+
+#: Candidates an ambiguous prefix's error lists.
+AMBIGUOUS_SHOWN = 10
+
+
+def ambiguous(prefix: str, candidates: list[str]) -> TetherError:
+    shown = ", ".join(candidates[:AMBIGUOUS_SHOWN])
+    more = f" and {len(candidates) - AMBIGUOUS_SHOWN} more" if candidates[AMBIGUOUS_SHOWN:] else ""
+    return TetherError(ErrorCode.INVALID_REQUEST,
+                       f"{prefix!r} is the start of {len(candidates)} execution ids: {shown}"
+                       f"{more}; give more of the id", {"candidates": candidates})
+
+
+async def ids_with_prefix(found: list[Found], prefix: str, *, config: Config,
+                          workspace: str | None = None) -> list[str]:
+    """The execution ids starting with ``prefix`` that the running guardians list (their
+    newest ``MAX_WORKSPACE_LIST`` records each) and the catalogs of gone ones hold, sorted."""
+    ids: set[str] = set()
+    for entry in found:
+        if entry.handle is None:
+            continue
+        try:
+            listing = await entry.call(WORKSPACE_LIST, {"limit": MAX_WORKSPACE_LIST})
+        except TetherError:
+            continue  # not asked: its ids stay out of the candidates
+        ids.update(r.execution_id for r in listing.executions)
+    running = {entry.paths.key for entry in found if entry.alive}
+    ids.update(await asyncio.to_thread(
+        ids_on_disk, config, prefix, skip=running,
+        workspace=canonical_workspace(workspace) if workspace else None))
+    return sorted(i for i in ids if i.startswith(prefix))
+
+
+async def _find_exact(found: list[Found], execution_id: str, *, config: Config,
+                      workspace: str | None = None) -> tuple[Found | OnDisk, DescribeResult]:
     """The guardian holding ``execution_id`` and its ``exec.describe``; or, when no running
     guardian holds it, the record on disk of a guardian that is gone (``OnDisk``).
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.limits import MAX_WORKSPACE_LIST
 from tether.protocol.method_table import EXEC_DESCRIBE, EXEC_STREAM, Method
 from tether.protocol.results import DescribeResult, Result, StreamResult, WorkspaceListResult
 from tether.shared.config import Config
@@ -196,6 +197,28 @@ def read_range(segments: list[Segment], offset: int, stop: int) -> bytes:
         if len(chunk) < hi - lo:
             break
     return b"".join(chunks)
+
+
+def ids_on_disk(config: Config, prefix: str, *, skip: set[str],
+                workspace: str | None = None) -> list[str]:
+    """The execution ids starting with ``prefix`` in the catalogs of guardians that are not
+    running (state keys not in ``skip``), of ``workspace`` only when given: their newest
+    ``MAX_WORKSPACE_LIST`` records each, read without writing a byte."""
+    base = config.state_home / "guardians"
+    if not base.is_dir():
+        return []
+    ids = []
+    for state in sorted(p for p in base.iterdir() if p.is_dir() and p.name not in skip):
+        try:
+            found = peek_workspace(state / "catalog.sqlite3", MAX_WORKSPACE_LIST)
+        except StoreError:
+            continue  # unreadable: `tether doctor` says so
+        for record in (found or {"executions": []})["executions"]:
+            if workspace is not None and record.get("workspace_root") != workspace:
+                continue
+            if str(record["execution_id"]).startswith(prefix):
+                ids.append(str(record["execution_id"]))
+    return ids
 
 
 def find_on_disk(config: Config, execution_id: str, *, skip: set[str],

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -374,7 +375,8 @@ def _minutes(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether report",
                                      description="Summarise a Tether usage log (TETHER_USAGE_LOG).")
-    parser.add_argument("--log", required=True, type=Path, help="the usage log (JSONL)")
+    parser.add_argument("--log", type=Path,
+                        help="the usage log (JSONL; default: $TETHER_USAGE_LOG)")
     parser.add_argument("--last", type=int, default=None,
                         help="only the last N tool calls (auxiliary events are not counted)")
     parser.add_argument("--since-minutes", type=_minutes, default=0.0,
@@ -383,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.last is not None and args.last < 0:
         parser.error("--last must be 0 or more")
+    if args.log is None:
+        named = os.environ.get("TETHER_USAGE_LOG", "")
+        if not named:
+            parser.error("name the usage log: --log FILE, or set TETHER_USAGE_LOG (the "
+                         "variable tether serve writes it to)")
+        args.log = Path(named)
     try:
         with args.log.open(encoding="utf-8", errors="replace") as fh:
             report = build_report(fh, last=args.last, since_minutes=args.since_minutes,

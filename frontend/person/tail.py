@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         config = Config.from_env()
         async with guardians(config, args.workspace) as found:
             with Progress(f"looking for {args.execution_id}"):
-                entry, _ = await find_execution(
+                entry, described = await find_execution(
                     found, args.execution_id, config=config, workspace=args.workspace)
+            args.execution_id = described.execution.execution_id  # a prefix, whole
             try:
                 final = await watched(entry, tail(entry, args.execution_id, follow=args.follow,
                                                   last_bytes=args.bytes, out=out))

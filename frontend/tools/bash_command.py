@@ -235,6 +235,8 @@ def _execution_result(reply: ExecResult) -> types.CallToolResult:
     trailer = f"[{data['status']}"
     if data["exit_code"] is not None:
         trailer += f", exit code {data['exit_code']}"
+    if data["reason"] and data["status"] == "unknown":
+        trailer += f" ({data['reason']})"
     trailer += f"; execution {data['execution_id']}; cwd {data['cwd']}]"
     if data.get("warning"):
         trailer += f"\n[input {data.get('delivery')}: {data['warning']}]"

@@ -77,7 +77,8 @@ async def _list(call: _Call, action: ListAction) -> types.CallToolResult:
         await require_list_pages(call.session, call.root)
         params["before"] = action.before
     listed = await call.session.locator.call(call.root, EXEC_LIST, params, timeout_s=RPC_SLACK_S)
-    lines = [f"{r.execution_id} {r.status} {r.exit_code} {(r.command or '')[:80]}"
+    lines = [f"{r.execution_id} {replies.status_words(r.status, r.exit_code, r.reason)} "
+             f"{(r.command or '')[:80]}"
              for r in listed.executions]
     if listed.next_before is not None:
         lines.append(f"(older records: list with before={listed.next_before})")
@@ -134,7 +135,7 @@ async def _explain(call: _Call, action: ExplainAction) -> types.CallToolResult:
         timeout_s=RPC_SLACK_S)
     decision = explained.recognition
     return replies.ok(explained, f"{decision.state} (recognizer {decision.recognizer}, "
-                                 f"rule {decision.rule}, reason {decision.reason})")
+                                 f"rule {decision.rule or '-'}, reason {decision.reason or '-'})")
 
 
 async def _wait(call: _Call, action: WaitAction) -> types.CallToolResult:
@@ -145,7 +146,8 @@ async def _wait(call: _Call, action: WaitAction) -> types.CallToolResult:
          "timeout_ms": timeout_ms, "events": action.events},
         timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
     )
-    changed = ", ".join(f"{r.execution_id} {r.status}" for r in waited.changed)
+    changed = ", ".join(f"{r.execution_id} {replies.status_words(r.status, r.exit_code, r.reason)}"
+                        for r in waited.changed)
     text = (f"{waited.outcome}: {changed}" if changed else
             f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "
             "again with after = data.cursor to miss nothing meanwhile")

@@ -213,7 +213,7 @@ async def _status(session: Session, root: str, thread_id: str | None,
     row = session.locator.known_thread(root, thread_id)
     if row is None:
         raise TetherError(
-            ErrorCode.NOT_FOUND,
+            ErrorCode.SESSION_MISMATCH,
             f"no thread {thread_id!r} in this workspace; call Initialize without thread_id "
             "to start a new one", {"input_sent": False})
     return {"thread_id": thread_id, "generation": row["generation"], "cwd": row["cwd"],

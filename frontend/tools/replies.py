@@ -16,6 +16,13 @@ from tether.protocol.errors import TetherError
 from tether.protocol.results import Result
 
 
+def status_words(status: str, exit_code: int | None, reason: str | None) -> str:
+    """A record's end for a text summary: ``exited 0``, ``unknown (guardian_lost)``,
+    ``running``; a missing exit code is left out (never Python's ``None``), a reason kept."""
+    words = status if exit_code is None else f"{status} {exit_code}"
+    return f"{words} ({reason})" if reason else words
+
+
 def as_data(reply: Result, **extra: Any) -> dict[str, Any]:
     """``reply`` as a tool result's ``data``: the fields the guardian sent (a newer
     guardian's unknown ones included), with ``extra`` added or replaced. The map is a new

@@ -25,6 +25,7 @@ from tether.protocol.limits import (
     MAX_KEYS,
     MAX_LABELS,
     MAX_LIST_LIMIT,
+    MAX_OBSERVE_ITEMS,
     MAX_OBSERVE_WAIT_MS,
     MAX_PAGE_BYTES,
     MAX_PROMPT_BYTES,
@@ -77,7 +78,9 @@ Generation = Annotated[int, Field(
 
 
 class ToolArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a number is a JSON number ("5" is refused, as the published schema says), and
+    # true is not 1 (pydantic's lax mode takes both).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CodeWriterArgs(ToolArgs):
@@ -189,8 +192,10 @@ class BashCommandArgs(ToolArgs):
 class ObserveItemArgs(ToolArgs):
     execution_id: Id
     source: Literal["output", "screen", "detection"] = "output"
-    # The guardian checks the page range per item (one bad item does not sink the request).
-    page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT)
+    # The guardian checks the page range (naming the item and its rule); the schema says it.
+    page_bytes: int = Field(default=DEFAULT_OBSERVE_PAGE_BYTES, ge=0, le=MAX_WIRE_INT,
+                            json_schema_extra={"minimum": MIN_PAGE_BYTES,
+                                               "maximum": MAX_PAGE_BYTES})
     cursor: ItemCursor | None = None
 
 
@@ -219,7 +224,9 @@ class ReadAction(ToolArgs):
 
 class ObserveAction(ToolArgs):
     type: Literal["observe"]
-    items: list[ObserveItemArgs]
+    # The guardian checks the count (observe_item_count); the schema says it.
+    items: list[ObserveItemArgs] = Field(json_schema_extra={"minItems": 1,
+                                                            "maxItems": MAX_OBSERVE_ITEMS})
     timeout_seconds: float = Field(default=5, ge=0, le=MAX_OBSERVE_WAIT_MS // 1000)
 
 

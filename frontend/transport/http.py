@@ -21,6 +21,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tether.frontend.policy.authority import Caller
 from tether.frontend.policy.principals import Principals
@@ -91,13 +92,42 @@ def build_app(config: Config, principals: Principals, options: HttpOptions) -> S
     # come from the principals file), so the issuer is this server itself.
     auth = AuthSettings(issuer_url=f"http://{_url_host(options.host)}:{port}",  # type: ignore[arg-type]
                         resource_server_url=None)
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         transport_security=security,
         host=options.host,
         auth=auth,
         token_verifier=PrincipalTokens(principals),
     )
+    # Outermost of the app's own middleware: before authentication reads Authorization and
+    # the transport reads Host, Origin, Mcp-Session-Id, MCP-Protocol-Version and Mcp-Name.
+    app.add_middleware(TrimmedHeaders)
+    return app
+
+
+#: What may surround a header value and is not part of it (RFC 9110 §5.5: OWS is SP / HTAB).
+_OWS = b" \t"
+
+
+class TrimmedHeaders:
+    """ASGI middleware: every request header's value without the spaces and tabs around it.
+
+    RFC 9110 §5.5 says whitespace around a field value is not part of it, and h11 strips
+    it; uvicorn's httptools parser strips only the leading side, so ``Mcp-Session-Id:
+    abc  `` named no session (404) and a bearer token with a trailing tab was a wrong
+    token (401). Trimmed here, once, for every header any layer reads."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = scope["headers"]
+            if any(value[:1] in (b" ", b"\t") or value[-1:] in (b" ", b"\t")
+                   for _, value in headers):
+                scope = {**scope, "headers": [(name, value.strip(_OWS))
+                                              for name, value in headers]}
+        await self.app(scope, receive, send)
 
 
 def bind(options: HttpOptions) -> socket.socket:

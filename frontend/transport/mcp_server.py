@@ -1,17 +1,20 @@
 """The MCP server: lists the tools and dispatches calls (low-level ``mcp.server.Server``).
 
 Every call's arguments are validated by the tool's pydantic model; every failure becomes a
-tool result with ``is_error`` and a stable code, never a protocol error.
+tool result with ``is_error`` and a stable code. The one protocol error is a call to a tool
+that does not exist (JSON-RPC -32602, as the MCP specification has it).
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import ValidationError
 
 from tether.frontend.guardians.locator import GuardianLocator
@@ -92,11 +95,11 @@ def build_server(
             caller = resolve(ctx)
             tool = tools.get(params.name)
             if tool is None:
+                # The MCP specification lists an unknown tool among protocol errors, not
+                # tool results: JSON-RPC -32602 (invalid params), the same on every transport.
                 visible = [name for name in tools if name in caller.tools]
-                raise TetherError(
-                    ErrorCode.INVALID_REQUEST,
-                    f"unknown tool {params.name!r}; tools: {', '.join(visible)}",
-                )
+                raise MCPError(types.INVALID_PARAMS,
+                               f"unknown tool {params.name!r}; tools: {', '.join(visible)}")
             caller.check_tool(tool.name)  # checked at call as well as at list (R27)
         except TetherError as err:
             return replies.error(err)
@@ -122,14 +125,25 @@ def build_server(
                 ErrorCode.INTERNAL, "internal error in the Tether front-end; see its stderr log"
             ))
 
-    server: Server[Any] = Server(
-        SERVER_NAME,
-        version=SERVER_VERSION,
-        instructions="Terminals that survive restarts. Call Initialize first.",
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        get_tool_input_schema=input_schema,
-    )
+    async def set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        # Tether sends no log messages at any level, so every level is honoured as it is.
+        # Answered (not -32601) because handshake-era clients and the MCP conformance suite
+        # set a level whether or not a server logs.
+        return types.EmptyResult()
+
+    with warnings.catch_warnings():
+        # The SDK warns that logging is deprecated from protocol 2026-07-28 on; the eras
+        # before it (most clients in use) still have logging/setLevel.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            SERVER_NAME,
+            version=SERVER_VERSION,
+            instructions="Terminals that survive restarts. Call Initialize first.",
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            get_tool_input_schema=input_schema,
+            on_set_logging_level=set_logging_level,
+        )
     _drop_idle_tracing(server)
     return server
 

@@ -125,10 +125,11 @@ class Threads:
         else:
             found = self._catalog.get_thread(params.thread_id)
             if found is None or found["workspace_root"] != workspace_root:
-                raise TetherError(
-                    ErrorCode.NOT_FOUND,
+                raise TetherError(  # an unknown thread, as every other call names it
+                    ErrorCode.SESSION_MISMATCH,
                     f"no thread {params.thread_id!r} in this workspace; call Initialize "
                     "without thread_id to start a new one",
+                    {"input_sent": False},
                 )
             thread = found
         shell = self.ensure_shell(thread)

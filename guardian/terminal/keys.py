@@ -30,9 +30,12 @@ for _n in range(1, 13):
 
 
 def key_bytes(name: str) -> bytes:
-    """Bytes for one key name: a named key, ``Ctrl-<letter>`` or ``Ctrl-[\\]^_@``."""
+    """Bytes for one key name: a named key, ``Ctrl-<letter>``, ``Ctrl-[\\]^_@``, or one
+    printable character, typed as itself (``q`` for a pager, ``y`` for a question)."""
     if name in _KEYS:
         return _KEYS[name]
+    if len(name) == 1 and name.isprintable():
+        return name.encode()
     lowered = name.lower()
     if lowered.startswith(("ctrl-", "ctrl+", "c-")):
         char = name.split("-", 1)[-1].split("+", 1)[-1]
@@ -40,12 +43,11 @@ def key_bytes(name: str) -> bytes:
             code = ord(char.upper())
             if 64 <= code <= 95:
                 return bytes([code - 64])
-    printable = " (a character: send it with send_text, e.g. q for a pager)" if (
-        len(name) == 1 and name.isprintable()) else ""
     raise TetherError(
         ErrorCode.INVALID_KEY,
-        f"unknown key {name!r}{printable}; use one of {', '.join(sorted(_KEYS))}, "
-        "Ctrl-<letter> or Ctrl-[ \\ ] ^ _ @ (Ctrl-\\ sends SIGQUIT); nothing was typed",
+        f"unknown key {name!r}; use one of {', '.join(sorted(_KEYS))}, "
+        "Ctrl-<letter>, Ctrl-[ \\ ] ^ _ @ (Ctrl-\\ sends SIGQUIT) or one printable "
+        "character (send longer text with send_text); nothing was typed",
         {"input_sent": False},
     )
 

@@ -89,10 +89,11 @@ class Inspector:
             thread is None or thread["workspace_root"] != self._scope.workspace_root
             or thread["principal"] != params.principal
         ):
-            raise TetherError(
-                ErrorCode.NOT_FOUND,
+            raise TetherError(  # an unknown thread, as every other call names it
+                ErrorCode.SESSION_MISMATCH,
                 f"no thread {params.thread_id!r} in this workspace; call Initialize without "
                 "thread_id to start a new one",
+                {"input_sent": False},
             )
         shell = self._threads.shell(params.thread_id) if params.thread_id else None
         running = shell is not None and shell.alive
