@@ -36,6 +36,11 @@ class Capability(StrEnum):
     #: ``before`` on exec.list and agent.list: the next, older page of a listing (an older
     #: guardian ignores the parameter and would answer with the newest page again).
     LIST_PAGES = "list_pages"
+    #: The turn log: wait cursors are positions in every watched execution's recognized
+    #: state changes (``transitions``, ``current``), receipts completed by the guardian, a
+    #: managed agent's ``recognition``, and ``cancel`` refusing an agent not in a turn
+    #: (``not_busy``).
+    TURN_LOG = "turn_log"
 
 
 class Version(NamedTuple):
@@ -68,6 +73,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     5: frozenset({Capability.AGENT_LIFECYCLE}),
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
+    8: frozenset({Capability.TURN_LOG}),
 }
 
 

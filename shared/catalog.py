@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from tether.shared.clock import Clock
+from tether.shared.store.turns import TURNS_SCHEMA
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+#: 3: the turn log (``turns``, shared/store/turns.py), created on open like every table.
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -134,7 +136,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     created_unix_ms INTEGER NOT NULL,
     PRIMARY KEY (principal, key)
 ) WITHOUT ROWID;
-"""
+""" + TURNS_SCHEMA
 
 #: Indexes a command's writes no longer pay for (each index is a page more per commit on a
 #: command's path): no query needs change_seq indexed (changed_since looks rows up by id), and
@@ -264,7 +266,8 @@ class Catalog:
         """Bring a catalog of an older schema up to this one, keeping every row.
 
         Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``);
-        then the thread columns added since.
+        then the thread columns added since. Schema 2 -> 3: the turn log, a new table only
+        (``_SCHEMA`` creates it).
         Idempotent and safe when two processes open the same catalog at once.
         """
         with self.transaction():
@@ -696,7 +699,7 @@ class Catalog:
                 f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
             )
             for table in ("receipts", "person_events", "execution_events",
-                          "agent_events"):
+                          "agent_events", "turns"):
                 self._db.execute(
                     f"DELETE FROM {table} WHERE execution_id IN ({marks})", list(execution_ids)
                 )

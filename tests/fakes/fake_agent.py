@@ -342,8 +342,10 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(agent.draw(now, cols, rows))
                 out.flush()
                 redraw = False
-            # Busy: wake up for the next spinner frame; idle: only input matters.
-            if not _readable(fd, FRAME_SECONDS if agent.mode == "busy" else 1.0):
+            # Busy: wake up for the next spinner frame, or the turn's end if sooner (a turn of
+            # a few milliseconds ends on time); idle: only input matters.
+            busy_wait = min(FRAME_SECONDS, max(0.0, agent.busy_until - time.monotonic()))
+            if not _readable(fd, busy_wait if agent.mode == "busy" else 1.0):
                 continue
             keys = reader.read()
             if keys is None:
