@@ -21,6 +21,16 @@ watch task wakes on output and looks at the screen twice per burst of output:
   counts, ``unknown`` too. A program that never pauses is looked at every
   :data:`MAX_LOOK_S`.
 
+A quick look can come late: the guardian's loop may be busy (or the machine loaded) for
+longer than a short turn shows its busy frame. So the reader keeps one more fact per chunk,
+its arrival time, and when a chunk comes at least :data:`READER_GAP_S` after the previous
+one while that previous frame was never looked at, the watch looks at it *before* the new
+chunk reaches the screen (``LiveExecution.before_feed``). That look is taken only at such a
+pause, only while the emulator has no backlog to speak of (``TerminalScreen.settled``), and
+within a budget (:data:`READER_LOOKS_PER_S`), so a flood of output never pays for it and
+a chatty program pays a bounded share. (Commands typed into the
+main shell share its reader and get the timer looks only.)
+
 Each look is one synchronous step: the verdict, the turn row, and what listeners derive
 from it (a managed agent's ``agent_state``, a receipt's ``activity_observed`` and
 ``wait_reached``) are written in one catalog transaction, so they never disagree.
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,9 +56,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: A pause this long ends a frame: at most 250 quick looks a second, for a program that
+#: redraws that often (a spinner redraws a few times a second; a flood of output never pauses).
 QUICK_QUIET_S = 0.004
-#: Quick looks come at most this often (a program redrawing every few ms costs 100/s at most).
-QUICK_GAP_S = 0.008
+#: The reader's look at a frame nobody looked at: when the next chunk comes this long after
+#: it (a loaded machine reads a short turn's two frames late and close together), at most
+#: READER_LOOKS in a row and READER_LOOKS_PER_S on average (a look costs about 2 ms).
+READER_GAP_S = 0.0015
+READER_LOOKS = 3
+READER_LOOKS_PER_S = 50.0
 SETTLE_QUIET_S = 0.04
 MAX_LOOK_S = 0.3
 DEFINITE = frozenset({"awaiting_input", "busy", "awaiting_approval"})
@@ -65,6 +82,9 @@ class Watched:
     recognizer: str
     state: str | None = None  # the last state written to the log
     verdict: Recognition | None = None  # the last look's verdict
+    looked_seq: int = -1  # the output sequence the last look saw
+    last_output: float = 0.0  # time.monotonic() of the last chunk
+    budget: float = READER_LOOKS  # reader looks left (refilled at READER_LOOKS_PER_S)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -104,6 +124,7 @@ class TurnWatch:
                           state=last.to_state if last is not None and last.generation == live.generation
                           else None)
         self._watched[live.execution_id] = watched
+        live.before_feed = lambda: self._before_feed(watched)
         watched.task = asyncio.get_running_loop().create_task(
             self._run(watched), name=f"turn-watch-{live.execution_id}")
         return watched
@@ -152,6 +173,7 @@ class TurnWatch:
         except Exception:
             log.exception("turn watch of %s failed", watched.live.execution_id)
         finally:
+            watched.live.before_feed = None
             if self._watched.get(watched.live.execution_id) is watched:
                 del self._watched[watched.live.execution_id]
 
@@ -160,7 +182,6 @@ class TurnWatch:
         loop = asyncio.get_running_loop()
         seen = -1  # output already looked at (settled); -1: look once at the start
         quick_seen = -1
-        last_quick = 0.0
         first: float | None = None  # when output began that no settled look has seen yet
         while not live.done.is_set():
             if live.activity_seq == seen:
@@ -172,12 +193,11 @@ class TurnWatch:
             overdue = loop.time() >= first + MAX_LOOK_S
             if not paused and not overdue:
                 continue  # still drawing
-            if paused and live.activity_seq != quick_seen and loop.time() - last_quick >= QUICK_GAP_S:
+            if paused and live.activity_seq != quick_seen:
                 quick_seen = live.activity_seq
                 await live.screen.snapshot_async()
                 if self.watching(live.execution_id) is not watched:
                     return
-                last_quick = loop.time()
                 self._look(watched, settled=False)
             if not overdue and not await self._pause(live, SETTLE_QUIET_S - QUICK_QUIET_S):
                 continue  # a new burst: it gets its own quick look
@@ -199,11 +219,29 @@ class TurnWatch:
             await self._notifier.wait(left)
         return live.activity_seq == mark
 
+    def _before_feed(self, watched: Watched) -> None:
+        """On the reader's path, before a chunk is fed: look at the frame before it if it
+        stood for a pause and nobody looked at it (see the module's docstring)."""
+        live = watched.live
+        now = time.monotonic()
+        gap = now - watched.last_output
+        watched.last_output = now
+        watched.budget = min(READER_LOOKS, watched.budget + gap * READER_LOOKS_PER_S)
+        if (gap >= READER_GAP_S and watched.budget >= 1 and watched.looked_seq != live.activity_seq
+                and live.screen.settled and self._watched.get(live.execution_id) is watched):
+            watched.budget -= 1
+            try:
+                live.screen.snapshot()  # settled: a small backlog at most
+                self._look(watched, settled=False)
+            except Exception:  # the reader must go on whatever a look meets (a full disk)
+                log.exception("turn watch of %s could not look", live.execution_id)
+
     def _look(self, watched: Watched, *, settled: bool) -> Recognition:
         """Recognize the (already emulated) screen; write a turn row when the state changed;
         tell the listeners. One transaction."""
         live = watched.live
         verdict, _ = recognize_record(watched.record, live, watched.recognizer)
+        watched.looked_seq = live.activity_seq
         if not settled and verdict.state not in DEFINITE:
             return watched.verdict or verdict  # maybe a half-drawn frame: no evidence
         turn: Turn | None = None

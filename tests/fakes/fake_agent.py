@@ -11,7 +11,10 @@ and at the bottom an input box (``╭───╮`` / ``│ > text`` / ``╰─�
 Typed characters are echoed into the box. Enter on a non-empty draft appends one JSON line
 ``{"received": TEXT}`` to ``--log`` (flushed and fsynced, so a test can count deliveries),
 then the agent is busy for ``--busy-seconds`` (a spinner line ``✻ Working… (esc to
-interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again.
+interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again; a
+turn shorter than a spinner frame ends on time (``--busy-seconds 0.015``: a 15 ms turn).
+With ``--done-log FILE`` each finished turn appends ``{"done": TEXT}`` there once the idle
+screen after it is drawn.
 
 With ``--paste-burst-ms N`` an Enter that comes within N ms of a typed character joins the
 draft as a newline instead of submitting it, as Codex does (it takes such an Enter for part
@@ -119,7 +122,9 @@ class Agent:
         if self.approval:
             self.mode = "approval"
         else:
-            self._start_busy(now)
+            # From after the log's fsync (it can take longer than a short turn): the busy
+            # screen shows for the whole of --busy-seconds.
+            self._start_busy(time.monotonic())
 
     def _approval_key(self, key: str, now: float) -> None:
         if key in ("1", "\r", "\n", "y"):
@@ -310,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Escapes it takes to interrupt a turn (OpenCode: 2)")
     parser.add_argument("--run-prompts", action="store_true",
                         help="a prompt 'run: CMD' runs CMD with sh -c as the turn's work")
+    parser.add_argument("--done-log", help="append one JSON line per finished turn here, "
+                        "once the idle screen after it is drawn")
     args = parser.parse_args(argv)
 
     agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
@@ -335,13 +342,17 @@ def main(argv: list[str] | None = None) -> int:
         redraw = True
         while not agent.quit:
             now = time.monotonic()
-            redraw = agent.tick(now) or redraw or bool(resized)
+            finished = agent.tick(now)
+            redraw = finished or redraw or bool(resized)
             if redraw or agent.mode == "busy":
                 resized.clear()
                 cols, rows = _terminal_size()
                 out.write(agent.draw(now, cols, rows))
                 out.flush()
                 redraw = False
+            if finished and args.done_log:
+                with open(args.done_log, "a", encoding="utf-8") as done:
+                    done.write(json.dumps({"done": agent.pending}) + "\n")
             # Busy: wake up for the next spinner frame, or the turn's end if sooner (a turn of
             # a few milliseconds ends on time); idle: only input matters.
             busy_wait = min(FRAME_SECONDS, max(0.0, agent.busy_until - time.monotonic()))
