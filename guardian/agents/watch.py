@@ -22,13 +22,13 @@ watch task wakes on output and looks at the screen twice per burst of output:
   :data:`MAX_LOOK_S`.
 
 A quick look can come late: the guardian's loop may be busy (or the machine loaded) for
-longer than a short turn shows its busy frame. So the reader keeps one more fact per chunk,
-its arrival time, and when a chunk comes at least :data:`READER_GAP_S` after the previous
-one while that previous frame was never looked at, the watch looks at it *before* the new
-chunk reaches the screen (``LiveExecution.before_feed``). That look is taken only at such a
-pause, only while the emulator has no backlog to speak of (``TerminalScreen.settled``), and
-within a budget (:data:`READER_LOOKS_PER_S`), so a flood of output never pays for it and
-a chatty program pays a bounded share. (Commands typed into the
+longer than a short turn shows its busy frame, and then reads that frame and the next one
+back to back. So when a chunk comes while the chunk before it was never looked at, the
+watch looks at the screen *before* the new chunk reaches it (``LiveExecution.before_feed``).
+That look is taken only while the emulator has no backlog to speak of
+(``TerminalScreen.settled``) and within a budget (:data:`READER_LOOKS_PER_S`), so a flood of
+output never pays for it and a chatty program pays a bounded share. (A chunk may end in
+the middle of a frame; such a look counts only a definite state, like a quick look.) (Commands typed into the
 main shell share its reader and get the timer looks only.)
 
 Each look is one synchronous step: the verdict, the turn row, and what listeners derive
@@ -59,10 +59,9 @@ log = logging.getLogger(__name__)
 #: A pause this long ends a frame: at most 250 quick looks a second, for a program that
 #: redraws that often (a spinner redraws a few times a second; a flood of output never pauses).
 QUICK_QUIET_S = 0.004
-#: The reader's look at a frame nobody looked at: when the next chunk comes this long after
-#: it (a loaded machine reads a short turn's two frames late and close together), at most
-#: READER_LOOKS in a row and READER_LOOKS_PER_S on average (a look costs about 2 ms).
-READER_GAP_S = 0.0015
+#: The reader's looks at frames nobody looked at (a loaded machine reads a short turn's two
+#: frames late and back to back): at most READER_LOOKS in a row and READER_LOOKS_PER_S on
+#: average (a look costs about 2 ms on the development VM).
 READER_LOOKS = 3
 READER_LOOKS_PER_S = 50.0
 SETTLE_QUIET_S = 0.04
@@ -221,13 +220,13 @@ class TurnWatch:
 
     def _before_feed(self, watched: Watched) -> None:
         """On the reader's path, before a chunk is fed: look at the frame before it if it
-        stood for a pause and nobody looked at it (see the module's docstring)."""
+        was never looked at (see the module's docstring)."""
         live = watched.live
         now = time.monotonic()
         gap = now - watched.last_output
         watched.last_output = now
         watched.budget = min(READER_LOOKS, watched.budget + gap * READER_LOOKS_PER_S)
-        if (gap >= READER_GAP_S and watched.budget >= 1 and watched.looked_seq != live.activity_seq
+        if (watched.budget >= 1 and watched.looked_seq != live.activity_seq
                 and live.screen.settled and self._watched.get(live.execution_id) is watched):
             watched.budget -= 1
             try:
