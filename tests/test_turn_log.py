@@ -29,10 +29,10 @@ def _done(path: Path) -> list[str]:
 
 
 async def _fast_agent(client: Client, session: dict[str, Any], tmp_path: Path,
-                      busy_seconds: str = "0.015") -> tuple[str, Path]:
+                      busy_seconds: str = "0.015", *extra: str) -> tuple[str, Path]:
     done = tmp_path / "done.log"
     eid = (await launch(client, session, tmp_path / "agent.log", "--busy-seconds", busy_seconds,
-                        "--done-log", str(done)))["execution_id"]
+                        "--done-log", str(done), *extra))["execution_id"]
     await wait_state(client, session, eid, "idle")
     return eid, done
 
@@ -76,7 +76,9 @@ async def test_a_receipt_is_complete_before_anyone_waits(
     """prompt {timeout_seconds: 0}, the turn runs and ends, then wait {prompt_id}: reached at
     once, far under its timeout; a read of the receipt with no wait says so too."""
     session = await initialize(client, workspace)
-    eid, done = await _fast_agent(client, session, tmp_path, busy_seconds="0.2")
+    # As Claude Code does, the first reaction to Enter is not the spinner: a look right after
+    # the typing (all a prompt without a wait gets) sees no activity yet.
+    eid, done = await _fast_agent(client, session, tmp_path, "0.2", "--start-delay", "0.3")
     sent = (await agent(client, session, {"action": "prompt", "target": eid, "prompt_id": "p1",
                                           "text": "quick one", "timeout_seconds": 0}))["data"]
     assert sent["receipt"]["delivered"] is True

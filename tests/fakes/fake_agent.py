@@ -13,8 +13,9 @@ Typed characters are echoed into the box. Enter on a non-empty draft appends one
 then the agent is busy for ``--busy-seconds`` (a spinner line ``✻ Working… (esc to
 interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again; a
 turn shorter than a spinner frame ends on time (``--busy-seconds 0.015``: a 15 ms turn).
-With ``--done-log FILE`` each finished turn appends ``{"done": TEXT}`` there once the idle
-screen after it is drawn.
+With ``--start-delay S`` a submitted turn looks idle for S seconds (the prompt in the
+transcript, an empty box) before the spinner shows. With ``--done-log FILE`` each finished
+turn appends ``{"done": TEXT}`` there once the idle screen after it is drawn.
 
 With ``--paste-burst-ms N`` an Enter that comes within N ms of a typed character joins the
 draft as a newline instead of submitting it, as Codex does (it takes such an Enter for part
@@ -69,6 +70,7 @@ class Agent:
     log_path: str
     busy_seconds: float
     approval: bool
+    start_delay: float = 0.0
     ignore_interrupt: bool = False
     interrupt_presses: int = 1
     presses: list[float] = field(default_factory=list)  # this turn's recent interrupt presses
@@ -135,8 +137,10 @@ class Agent:
 
     def _start_busy(self, now: float) -> None:
         self.mode = "busy"
-        self.busy_started = now
-        self.busy_until = now + self.busy_seconds
+        # With --start-delay the screen still looks idle (the prompt moved to the transcript,
+        # an empty box) for that long before the spinner shows, as a real agent's can.
+        self.busy_started = now + self.start_delay
+        self.busy_until = self.busy_started + self.busy_seconds
         if self.run_prompts and self.pending.startswith("run: "):
             self.tool = subprocess.Popen(
                 ["sh", "-c", self.pending[len("run: "):]], stdin=subprocess.DEVNULL,
@@ -176,12 +180,17 @@ class Agent:
         lines = header + body + [""] * (room - len(body)) + bottom
         out = ["\x1b[?25l\x1b[H\x1b[2J"]
         out.append("\r\n".join(line[:width] for line in lines[:rows]))
-        if self.mode != "busy":
+        if not self.busy_shown(now):
             # Park the cursor after the draft, where a real agent's caret would be.
-            row = rows - len(bottom) + 4 if self.mode == "idle" else rows  # the "│ >" row
-            col = min(width, 5 + len(_flat(self.draft))) if self.mode == "idle" else 1
+            boxed = self.mode != "approval"
+            row = rows - len(bottom) + 4 if boxed else rows  # the "│ >" row
+            col = min(width, 5 + len(_flat(self.draft))) if boxed else 1
             out.append(f"\x1b[{row};{col}H\x1b[?25h")
         return "".join(out)
+
+    def busy_shown(self, now: float) -> bool:
+        """Whether the spinner is on screen (busy, and past any --start-delay)."""
+        return self.mode == "busy" and now >= self.busy_started
 
     def _bottom(self, now: float, width: int) -> list[str]:
         inner = width - 2
@@ -202,7 +211,7 @@ class Agent:
             ("│ > " + _flat(self.draft))[: width - 1].ljust(width - 1) + "│",
             "╰" + "─" * inner + "╯",
         ]
-        if self.mode == "busy":
+        if self.busy_shown(now):
             frame = SPINNER[int((now - self.busy_started) / FRAME_SECONDS) % len(SPINNER)]
             elapsed = int(now - self.busy_started)
             armed = [t for t in self.presses if now - t < ARMED_SECONDS]
@@ -315,11 +324,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="Escapes it takes to interrupt a turn (OpenCode: 2)")
     parser.add_argument("--run-prompts", action="store_true",
                         help="a prompt 'run: CMD' runs CMD with sh -c as the turn's work")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="seconds a submitted turn still looks idle before the spinner")
     parser.add_argument("--done-log", help="append one JSON line per finished turn here, "
                         "once the idle screen after it is drawn")
     args = parser.parse_args(argv)
 
     agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
+                  start_delay=args.start_delay,
                   paste_burst_seconds=args.paste_burst_ms / 1000,
                   ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts,
                   interrupt_presses=args.interrupt_presses)
@@ -355,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
                     done.write(json.dumps({"done": agent.pending}) + "\n")
             # Busy: wake up for the next spinner frame, or the turn's end if sooner (a turn of
             # a few milliseconds ends on time); idle: only input matters.
-            busy_wait = min(FRAME_SECONDS, max(0.0, agent.busy_until - time.monotonic()))
+            now = time.monotonic()
+            next_change = agent.busy_started if now < agent.busy_started else agent.busy_until
+            busy_wait = min(FRAME_SECONDS, max(0.0, next_change - now))
             if not _readable(fd, busy_wait if agent.mode == "busy" else 1.0):
                 continue
             keys = reader.read()
