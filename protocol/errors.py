@@ -77,6 +77,8 @@ class ErrorCode(StrEnum):
     # Managed-agent lifecycle (SPEC §8)
     CANCEL_NOT_ACKNOWLEDGED = "cancel_not_acknowledged"
     INVALID_STATE = "invalid_state"
+    # cancel of an agent whose screen shows no turn (it waits for input): nothing pressed.
+    NOT_BUSY = "not_busy"
     SPAWN_FAILED = "spawn_failed"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"

@@ -105,6 +105,29 @@ class RecoveryAdvice(Result):
     reason: str | None = None
 
 
+class RecognitionSummary(Result):
+    """A recognizer's verdict in short, as records carry it (``recognition``)."""
+
+    state: str
+    attention: str | None = None
+    rule: str | None = None
+    recognizer: str | None = None
+    reason: str | None = None
+
+
+class TurnRow(Result):
+    """One row of the turn log: a recognized state change (protocol 1.8, ``turn_log``)."""
+
+    seq: int
+    execution_id: str
+    generation: int
+    from_state: str | None = None
+    to_state: str
+    rule: str | None = None
+    recognizer: str | None = None
+    at_unix_ms: int
+
+
 class ExecutionRecord(Result):
     """An execution record as clients see it (SPEC §6), live output figures merged in."""
 
@@ -139,6 +162,10 @@ class ExecutionRecord(Result):
     cols: int | None = None
     #: In a listing: ``command`` is its first LIST_COMMAND_CHARS characters (get has it all).
     command_truncated: bool | None = None
+    #: The turn watch's last verdict (a managed agent's record; wait's ``current``).
+    recognition: RecognitionSummary | None = None
+    #: In ``exec.wait``'s ``changed``: the turn-log rows after the cursor, oldest first.
+    transitions: list[TurnRow] | None = None
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -428,6 +455,8 @@ class WaitResult(Result):
     changed: list[ExecutionRecord]
     cursor: str
     fired: dict[str, list[str]] | None = None
+    #: Every execution waited on as it is now, in short, with ``recognition`` (1.8).
+    current: list[ExecutionRecord] | None = None
 
 
 # -- recognition and prompts -------------------------------------------------------------------
@@ -450,6 +479,8 @@ class ReceiptBaseline(Result):
     screen_sha256: str | None = None
     state: str | None = None
     at_unix_ms: int | None = None
+    #: The turn log's position before the first byte (1.8): later rows complete the receipt.
+    turn_seq: int | None = None
 
 
 #: ``Receipt.reason`` while a guardian is typing the prompt (stored before the first byte).

@@ -42,6 +42,11 @@ class Capability(StrEnum):
     #: ``env`` on agent.launch: variables for the agent's process and its resumes (an older
     #: guardian ignores them and starts the agent without).
     LAUNCH_ENV = "launch_env"
+    #: The turn log: wait cursors are positions in every watched execution's recognized
+    #: state changes (``transitions``, ``current``), receipts completed by the guardian, a
+    #: managed agent's ``recognition``, and ``cancel`` refusing an agent not in a turn
+    #: (``not_busy``).
+    TURN_LOG = "turn_log"
 
 
 class Version(NamedTuple):
@@ -74,7 +79,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     5: frozenset({Capability.AGENT_LIFECYCLE}),
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
-    8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV}),
+    8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG}),
 }
 
 

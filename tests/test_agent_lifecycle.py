@@ -124,7 +124,7 @@ async def test_cancel_waits_for_the_acknowledgement(
     assert busy["code"] == "input_not_ready" and busy["data"]["input_sent"] is False
     assert prompt_log(tmp_path / "s.log") == ["long job"]
     idle = await agent(client, session, {"action": "cancel", "target": polite}, error=True)
-    assert idle["code"] == "invalid_state" and idle["data"]["input_sent"] is False
+    assert idle["code"] == "not_busy" and idle["data"]["input_sent"] is False
 
 
 async def test_cancel_presses_the_interrupt_as_often_as_the_program_needs(

@@ -52,7 +52,12 @@ class AgentTool(Tool):
         "notifications {parent?, after?}. Also read {target, source, cursor}, explain, wait "
         "{target, prompt_id? | events?} and prompt {target, prompt_id, text, replace_draft?}: a "
         "prompt is typed only when the agent waits for input with an empty input box "
-        "(replace_draft clears a draft first); the same prompt_id never types twice. States: "
+        "(replace_draft clears a draft first); the same prompt_id never types twice, and the "
+        "guardian completes its receipt itself (wait {prompt_id} after the turn answers at "
+        "once). wait {events, after}: after a cursor every state change since is reported "
+        "(a turn that ran in between included); without after, from now on. A managed "
+        "agent's record carries recognition (the same verdict as agent_state); cancel of an "
+        "agent not in a turn is not_busy, nothing pressed. States: "
         "initializing, idle, running (attention: approval), error, closed."
     )
     args_model = AgentArgs

@@ -45,7 +45,10 @@ class ExecutionTool(Tool):
         "timeout_seconds}. list gives records newest first, in short: the command's first "
         f"{LIST_COMMAND_CHARS} characters (command_truncated: true when cut) and no "
         "screen_text (get has the whole record); next_before, when older records remain, "
-        "is the before of the next page."
+        "is the before of the next page. wait: after = a cursor reports every recognized "
+        "state change since it (changed[].transitions, a whole turn that ran in between "
+        "included); without after it waits for what happens from the call on; every reply "
+        "has current: each record now, with its recognition."
     )
     args_model = ExecutionArgs
     output_schema = EXECUTION_OUTPUT

@@ -72,6 +72,10 @@ def _check_after(value: int | str | None) -> int | str | None:
 #: A wait's baseline: a wait's ``cursor``, or the ``catalog_cursor`` that list/observe/wait
 #: return (a malformed string is ``invalid_cursor``, like a cursor).
 After = Annotated[CatalogCursor | str | None, AfterValidator(_check_after)]
+WAIT_AFTER = ("wait: a cursor (data.cursor of an earlier wait, or a catalog_cursor) is a "
+              "position: every state change after it is reported, a turn that began and ended "
+              "since included (changed[].transitions); without it, only what happens from this "
+              "call on counts (data.current has the state now)")
 Generation = Annotated[int, Field(
     ge=1, le=MAX_GENERATION,
     description="refuse (stale_generation) unless the target runtime is at this generation")]
@@ -238,7 +242,7 @@ WaitEvent = Literal[
 class WaitAction(ToolArgs):
     type: Literal["wait"]
     execution_ids: list[Id] = Field(min_length=1, max_length=MAX_WAIT_IDS)
-    after: After = None
+    after: After = Field(default=None, description=WAIT_AFTER)
     timeout_seconds: float = Field(default=5, ge=0, le=MAX_OBSERVE_WAIT_MS // 1000)
     events: list[WaitEvent] | None = None
 
@@ -289,7 +293,7 @@ class AgentArgs(ToolArgs):
     page_bytes: int = Field(default=DEFAULT_PAGE_BYTES, ge=MIN_PAGE_BYTES, le=MAX_PAGE_BYTES)
     cursor: Cursor | None = None
     events: list[AgentWaitEvent] | None = None
-    after: After = None
+    after: After = Field(default=None, description=WAIT_AFTER)
     # launch
     provider: Literal["command", "claude", "codex", "opencode"] = Field(
         default="command", description="launch: what to run; command needs argv")

@@ -23,7 +23,6 @@ from tether.guardian.agents.processes import AgentRuntimes, Stopping
 from tether.guardian.agents.providers import launch_plan, resume_argv
 from tether.guardian.agents.recognize import default_rule_sets, pick_recognizer
 from tether.guardian.agents.tree import Tree
-from tether.guardian.agents.turns import recognize_record
 from tether.guardian.history.records import list_page
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.terminal.keys import key_bytes
@@ -72,6 +71,9 @@ class AgentLifecycle:
         self.notices = NoticeDesk(runtime, self.store, prompts)
         self.tree = Tree(self)
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Agents whose interrupt was pressed: the look that sees them idle is the
+        #: acknowledgement (event reason ``cancel_acknowledged``).
+        self._cancelling: set[str] = set()
 
     def handlers(self) -> dict[str, Any]:
         return {
@@ -109,7 +111,13 @@ class AgentLifecycle:
         return record
 
     def view(self, record: dict[str, Any]) -> dict[str, Any]:
-        return self.rt.live.view(record)
+        """The agent record with ``recognition``: the turn watch's last verdict, the very
+        step that set ``agent_state`` (an ``unknown`` verdict leaves the state as it was)."""
+        view = self.rt.live.view(record)
+        recognition = self.rt.watch.summary(record["execution_id"])
+        if recognition is not None:
+            view["recognition"] = recognition
+        return view
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -142,7 +150,9 @@ class AgentLifecycle:
         record = self.store.get(execution_id)
         if record is None or record["agent_state"] not in LIVE_STATES:
             return  # closed or in error: recognition of a leftover screen moves nothing
-        self.apply(self.store.transition(execution_id, state, reason="recognized",  # type: ignore[arg-type]
+        reason = ("cancel_acknowledged" if state == "idle" and execution_id in self._cancelling
+                  else "recognized")
+        self.apply(self.store.transition(execution_id, state, reason=reason,  # type: ignore[arg-type]
                                          attention=attention))
 
     def _exited(self, execution_id: str, live: LiveExecution, stopping: Stopping) -> None:
@@ -289,8 +299,22 @@ class AgentLifecycle:
     async def _cancel(self, params: AgentCancelParams) -> dict[str, Any]:
         """Press the program's interrupt; the state changes only on its acknowledgement (R25)."""
         execution_id = params.execution_id
-        record = self.agent(params, execution_id)
+        self.agent(params, execution_id)
         live = self.runtimes.live(execution_id)
+        # Judge from the screen as it is now, not from a state the watch wrote a moment ago:
+        # this look moves agent_state too, so a turn that just ended reads idle here.
+        verdict = await self.rt.watch.look_now(execution_id) if live is not None else None
+        record = self.agent(params, execution_id)
+        if live is not None and verdict is not None and (
+                verdict.state == "awaiting_input" or record["agent_state"] == "idle"):
+            raise TetherError(
+                ErrorCode.NOT_BUSY,
+                f"agent {execution_id} is not in a turn (its screen waits for input, rule "
+                f"{verdict.rule}): nothing was pressed. A turn that ended before the cancel "
+                "needs no cancel.",
+                {"input_sent": False, "agent_state": record["agent_state"],
+                 "recognition": verdict.summary()},
+            )
         if live is None or record["agent_state"] != "running":
             raise TetherError(
                 ErrorCode.INVALID_STATE,
@@ -300,6 +324,21 @@ class AgentLifecycle:
         recognizer = record["agent_recognizer"] or pick_recognizer(record["command"])
         rules = default_rule_sets()[recognizer]
         interrupt = rules.interrupt
+        self._cancelling.add(execution_id)
+        try:
+            await self._interrupt(live, params, interrupt, rules.interrupt_presses)
+        finally:
+            self._cancelling.discard(execution_id)
+        if not live.done.is_set():
+            self.apply(self.store.transition(execution_id, "idle", reason="cancel_acknowledged"))
+        current = self.store.get(execution_id) or record
+        return {"agent": self.view(current), "acknowledged": True, "interrupt": interrupt,
+                "input_sent": True}
+
+    async def _interrupt(self, live: LiveExecution, params: AgentCancelParams, interrupt: str,
+                         presses: int) -> None:
+        """Press ``interrupt`` (``presses`` times at most) until the screen waits for input."""
+        execution_id = params.execution_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.timeout_ms / 1000
         baseline = live.activity_seq
@@ -308,11 +347,10 @@ class AgentLifecycle:
         pressed, next_press = 0, loop.time()
         while not live.done.is_set():
             if live.activity_seq != baseline:
-                await live.screen.snapshot_async()
-                decision, _ = recognize_record(record, live)
-                if decision.state == "awaiting_input":
+                decision = await self.rt.watch.look_now(execution_id)
+                if decision is not None and decision.state == "awaiting_input":
                     break
-            if pressed < rules.interrupt_presses and loop.time() >= next_press:
+            if pressed < presses and loop.time() >= next_press:
                 await live.runtime.write(key_bytes(interrupt), timeout_s=5.0)
                 pressed += 1
                 next_press = loop.time() + INTERRUPT_GAP_S
@@ -325,13 +363,8 @@ class AgentLifecycle:
                     "intact, prompts are refused until it ends). Wait, cancel again, or close it.",
                     {"input_sent": True, "interrupt": interrupt, "agent_state": "running"},
                 )
-            wake = deadline if pressed >= rules.interrupt_presses else min(deadline, next_press)
+            wake = deadline if pressed >= presses else min(deadline, next_press)
             await self.rt.notifier.wait(wake - loop.time())
-        if not live.done.is_set():
-            self.apply(self.store.transition(execution_id, "idle", reason="cancel_acknowledged"))
-        current = self.store.get(execution_id) or record
-        return {"agent": self.view(current), "acknowledged": True, "interrupt": interrupt,
-                "input_sent": True}
 
     # -- labels, list, get -----------------------------------------------------------------
 

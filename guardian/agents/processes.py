@@ -2,21 +2,20 @@
 
 An agent runs its argv directly (no shell) in a PTY of its own, with Tether's environment
 stamp (R24). Its output goes to the execution's journal and lazy screen like a background
-command's. A *watch* per live agent recognises the screen whenever output has settled and
-moves the state (``awaiting_input`` -> idle, ``busy``/``awaiting_approval`` -> running); the
+command's. The guardian's turn watch (``watch``) looks at its screen as output settles; each
+look moves the state (``awaiting_input`` -> idle, ``busy``/``awaiting_approval`` -> running)
+in the same step as it writes the turn log, so the two never disagree; the
 runtime's exit moves it to ``closed`` when Tether closed it on purpose, else to ``error`` —
 also between turns, when nothing else is looking (R25).
 """
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.agents.turns import recognize_record
 from tether.guardian.history.journal import Journal
 from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution
@@ -25,12 +24,10 @@ from tether.guardian.terminal.screen import TerminalScreen
 from tether.shared.agent_states import AgentState, from_recognition
 
 if TYPE_CHECKING:
+    from tether.guardian.agents.recognize import Recognition
     from tether.guardian.runtime.assembly import Runtime
+    from tether.shared.store.turn_table import Turn
 
-#: Output must pause this long before the screen is recognised: a half-drawn frame is no
-#: evidence. A program that never pauses is still looked at every WATCH_MAX_S.
-WATCH_QUIET_S = 0.04
-WATCH_MAX_S = 0.3
 #: After a hang-up, how long a program may take to exit before it gets SIGKILL.
 HANGUP_GRACE_S = 2.0
 
@@ -57,7 +54,7 @@ class AgentRuntimes:
         self._on_recognized = on_recognized
         self._on_exit = on_exit
         self._stopping: dict[str, Stopping] = {}
-        self._watches: dict[str, asyncio.Task[None]] = {}
+        runtime.watch.subscribe(self._looked)
 
     def live(self, execution_id: str) -> LiveExecution | None:
         live = self._rt.live.get(execution_id)
@@ -75,6 +72,8 @@ class AgentRuntimes:
 
         def on_output(data: bytes) -> None:
             live = holder[0]
+            if live.before_feed is not None:
+                live.before_feed()
             live.screen.feed(data)
             live.append_output(data)
             notifier.notify_output()
@@ -113,37 +112,18 @@ class AgentRuntimes:
             runtime.close()
             raise
         self._rt.live.add(live)
-        self._watches[execution_id] = asyncio.get_running_loop().create_task(
-            self._watch(record, live), name=f"agent-watch-{execution_id}"
-        )
+        self._rt.watch.start(record, live)  # "auto": the recognizer chosen at launch
         return live
 
     # -- watch -----------------------------------------------------------------------------
 
-    async def _watch(self, record: dict[str, Any], live: LiveExecution) -> None:
-        """Recognise the screen each time output settles, until the runtime ends."""
-        loop = asyncio.get_running_loop()
-        seen = -1
-        while not live.done.is_set():
-            if live.activity_seq == seen:
-                await self._rt.notifier.wait(1.0)
-                continue
-            first = loop.time()
-            mark = live.activity_seq
-            quiet_until = first + WATCH_QUIET_S
-            while loop.time() < min(quiet_until, first + WATCH_MAX_S) and not live.done.is_set():
-                await self._rt.notifier.wait(min(quiet_until, first + WATCH_MAX_S) - loop.time())
-                if live.activity_seq != mark:
-                    mark = live.activity_seq
-                    quiet_until = loop.time() + WATCH_QUIET_S
-            seen = live.activity_seq
-            await live.screen.snapshot_async()  # emulate what arrived, off the hot path
-            if live.done.is_set() or self._rt.live.get(live.execution_id) is not live:
-                return
-            decision, _ = recognize_record(record, live)
-            state, attention = from_recognition(decision.state, decision.attention)
-            if state is not None:
-                self._on_recognized(live.execution_id, live, state, attention)
+    def _looked(self, live: LiveExecution, verdict: Recognition, turn: Turn | None) -> None:
+        """A look of the turn watch: an agent's verdict moves its state in the same step."""
+        if live.kind != "agent" or self._rt.live.get(live.execution_id) is not live:
+            return
+        state, attention = from_recognition(verdict.state, verdict.attention)
+        if state is not None:
+            self._on_recognized(live.execution_id, live, state, attention)
 
     # -- stop ------------------------------------------------------------------------------
 
@@ -165,7 +145,6 @@ class AgentRuntimes:
         stopping = self._stopping.pop(live.execution_id, None) or Stopping(
             "error", f"runtime_exited: {_describe(status)}")
         self._rt.finisher.finish(live, status.shell_style_code, reason=stopping.reason)
-        self._watches.pop(live.execution_id, None)
         self._on_exit(live.execution_id, live, stopping)
 
 

@@ -17,6 +17,13 @@ The receipt keeps three facts apart:
   for the receipt's lifetime;
 - ``wait_reached``: after activity, the program came back to waiting (input or approval).
 
+The last two are completed by the guardian itself, from the turn log of its own watch
+(``watch``): the baseline holds the log's position before the first byte, and every later
+row of the same runtime generation is judged as it is written — activity by a row that
+enters ``busy`` or ``awaiting_approval``, the wait by a later row (or that same one) that
+enters ``awaiting_input`` or ``awaiting_approval``. A receipt read or waited on afterwards
+returns what the log already decided, whoever was waiting meanwhile.
+
 A repeat of a prompt id with the same text returns the stored receipt and types nothing; with
 other text it is ``prompt_id_conflict``. Nothing here ever resends.
 """
@@ -40,11 +47,14 @@ from tether.protocol.results import DELIVERY_IN_PROGRESS, PromptResult
 from tether.shared.store.store_errors import STORAGE_ERRORS
 
 if TYPE_CHECKING:
+    from tether.guardian.agents.recognize import Recognition
+    from tether.guardian.agents.watch import TurnWatch
     from tether.guardian.runtime.live import LiveExecution, LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
     from tether.shared.clock import Clock
     from tether.shared.store.catalog import Catalog
+    from tether.shared.store.turn_table import Turn
 
 MAX_RECEIPTS_PER_GENERATION = 64
 ACTIVITY_STATES = frozenset({"busy", "awaiting_approval"})
@@ -76,8 +86,13 @@ class PromptDesk:
 
     def __init__(
         self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier,
-        clock: Clock, instance_id: str,
+        clock: Clock, instance_id: str, watch: TurnWatch,
     ) -> None:
+        self._watch = watch
+        # Delivered receipts the watch still completes: execution id -> prompt id ->
+        # (payload, receipt). The dict is the one the handlers answer with.
+        self._open: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
+        watch.subscribe(self._on_look)
         self._instance_id = instance_id  # on each receipt: whose typing it was (reconcile)
         self._scope = scope
         self._catalog = catalog
@@ -132,6 +147,8 @@ class PromptDesk:
                     "one)",
                     {"input_sent": False, "limit": MAX_RECEIPTS_PER_GENERATION},
                 )
+            # Under the guardian's watch from here on: the receipt is completed from its log.
+            await self._watch.ensure(record, params.recognizer)
             await refresh(live)
             decision, _ = recognize_record(record, live, params.recognizer)
             if decision.state != "awaiting_input":
@@ -164,6 +181,8 @@ class PromptDesk:
                     "screen_sha256": _screen_digest(live),
                     "state": decision.state,
                     "at_unix_ms": self._clock.now_ms(),
+                    # Turn-log rows after this position are the program's reaction.
+                    "turn_seq": self._watch.log.position(),
                 },
                 "observed_at_unix_ms": self._clock.now_ms(),
             }
@@ -189,6 +208,7 @@ class PromptDesk:
             del receipt["reason"]
             receipt["observed_at_unix_ms"] = self._clock.now_ms()
             catalog.put_receipt(params.execution_id, params.prompt_id, live.generation, payload, receipt)
+            self._follow(payload, receipt)
             await self._reacted(live, entered)
         await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return PromptResult.model_validate({"receipt": receipt, "replayed": False, "input_sent": True})
@@ -204,8 +224,13 @@ class PromptDesk:
                 f"no receipt for prompt_id {params.prompt_id!r} on this execution",
             )
         payload, receipt = stored
+        followed = self._open.get(params.execution_id, {}).get(params.prompt_id)
+        if followed is not None:
+            payload, receipt = followed  # the live copy: the watch completes it
         live = self._live.get(params.execution_id)
         if live is not None and live.generation == receipt["generation"] and receipt["delivered"] is True:
+            if followed is None and not receipt["wait_reached"]:
+                self._follow(payload, receipt)
             await self._observe(receipt, live, record, payload, params.timeout_ms / 1000)
         return PromptResult.model_validate({"receipt": receipt, "replayed": True, "input_sent": False})
 
@@ -299,25 +324,58 @@ class PromptDesk:
         self, receipt: dict[str, Any], live: LiveExecution, record: dict[str, Any],
         payload: str, timeout_s: float,
     ) -> None:
-        """Update activity and wait facts until the turn is back or ``timeout_s`` passes."""
+        """Wait until the watch has seen the turn come back, the runtime end, or
+        ``timeout_s`` pass; the facts are the watch's (see :meth:`_complete`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        baseline = receipt["baseline"]
-        while True:
-            await refresh(live)
-            decision, _ = recognize_record(record, live, receipt["recognizer"])
-            changed = (live.activity_seq > baseline["output_activity_seq"]
-                       and _screen_digest(live) != baseline["screen_sha256"])
-            if (not receipt["activity_observed"] and not receipt["activity_unconfirmable"]
-                    and changed and decision.state in ACTIVITY_STATES):
-                receipt["activity_observed"] = True
-            if receipt["activity_observed"] and decision.state in READY_STATES:
-                receipt["wait_reached"] = True
-            receipt["state"] = decision.state
-            if receipt["wait_reached"] or live.done.is_set() or loop.time() >= deadline:
+        while not receipt["wait_reached"] and not live.done.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
                 break
-            await self._notifier.wait(deadline - loop.time())
-        receipt["observed_at_unix_ms"] = self._clock.now_ms()
-        self._catalog.put_receipt(
-            receipt["execution_id"], receipt["prompt_id"], receipt["generation"], payload, receipt
-        )
+            await self._notifier.wait(left, output=False)
+        if receipt.get("state") is None:
+            verdict = self._watch.current(receipt["execution_id"])
+            if verdict is not None:
+                receipt["state"] = verdict.state
+
+    # -- completion from the turn log ------------------------------------------------------
+
+    def _follow(self, payload: str, receipt: dict[str, Any]) -> None:
+        """Complete a delivered receipt from the turn log, now and as rows come."""
+        if "turn_seq" not in receipt.get("baseline", {}):
+            return  # delivered by a Tether that kept no turn log: nothing to judge from
+        self._open.setdefault(receipt["execution_id"], {})[receipt["prompt_id"]] = (payload, receipt)
+        self._complete(payload, receipt)
+
+    def _on_look(self, live: LiveExecution, verdict: Recognition, turn: Turn | None) -> None:
+        """The watch looked (inside its transaction): judge the new row, if it wrote one."""
+        following = self._open.get(live.execution_id)
+        if turn is None or not following:
+            return
+        for payload, receipt in list(following.values()):
+            if receipt["generation"] != live.generation:
+                following.pop(receipt["prompt_id"], None)
+                continue
+            self._complete(payload, receipt)
+
+    def _complete(self, payload: str, receipt: dict[str, Any]) -> None:
+        """Activity and wait facts from the rows after the baseline; persisted if changed."""
+        execution_id = receipt["execution_id"]
+        rows = self._watch.log.since([execution_id], int(receipt["baseline"]["turn_seq"]))
+        before = (receipt["activity_observed"], receipt["wait_reached"], receipt.get("state"))
+        for row in rows.get(execution_id, []):
+            if row.generation != receipt["generation"]:
+                continue
+            receipt["state"] = row.to_state
+            if (not receipt["activity_observed"] and not receipt["activity_unconfirmable"]
+                    and row.to_state in ACTIVITY_STATES):
+                receipt["activity_observed"] = True
+            if receipt["activity_observed"] and row.to_state in READY_STATES:
+                receipt["wait_reached"] = True
+                break
+        if receipt["wait_reached"]:
+            self._open.get(execution_id, {}).pop(receipt["prompt_id"], None)
+        if (receipt["activity_observed"], receipt["wait_reached"], receipt.get("state")) != before:
+            receipt["observed_at_unix_ms"] = self._clock.now_ms()
+            self._catalog.put_receipt(execution_id, receipt["prompt_id"], receipt["generation"],
+                                      payload, receipt)

@@ -12,6 +12,7 @@ from tether.protocol.methods import ExecExplainParams, ExecWaitTurnParams
 from tether.protocol.results import ExplainResult, WaitTurnResult
 
 if TYPE_CHECKING:
+    from tether.guardian.agents.watch import TurnWatch
     from tether.guardian.runtime.live import LiveExecution, LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
@@ -60,8 +61,10 @@ class Turns:
     """``exec.explain`` and ``exec.wait_turn`` over this guardian's executions."""
 
     def __init__(
-        self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier
+        self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier,
+        watch: TurnWatch,
     ) -> None:
+        self._watch = watch
         self._scope = scope
         self._catalog = catalog
         self._live = live
@@ -76,6 +79,8 @@ class Turns:
         record = self._scope.record_for(params, params.execution_id)
         live = self._live.get(params.execution_id)
         await refresh(live)
+        # Asking about it is what puts an observed execution under the guardian's watch.
+        await self._watch.ensure(record, params.recognizer)
         decision, observation = recognize_record(record, live, params.recognizer)
         return ExplainResult.model_validate({
             "execution_id": params.execution_id, "recognition": decision.to_dict(),
@@ -91,6 +96,7 @@ class Turns:
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         live = self._live.get(params.execution_id)
+        await self._watch.ensure(record, params.recognizer)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.timeout_ms / 1000
         quiet_s = params.quiet_ms / 1000

@@ -44,7 +44,7 @@ IMPLEMENTED = frozenset({
     Capability.THREAD_MODES,
     Capability.AGENT_LIFECYCLE,
     Capability.MODE_SANDBOX, Capability.LINE_LIMITS, Capability.LIST_PAGES,
-    Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV,
+    Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG,
 })
 
 #: How often the guardian checks that its socket file is still its own.

@@ -152,10 +152,13 @@ class GuardianService:
         inspector = self._inspector = Inspector(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                                                 threads=rt.threads, retention=rt.retention)
         history = History(scope=rt.scope, catalog=rt.catalog, live=rt.live,
-                          notifier=rt.notifier, paths=rt.paths, inspector=inspector)
-        turns = Turns(scope=rt.scope, catalog=rt.catalog, live=rt.live, notifier=rt.notifier)
+                          notifier=rt.notifier, paths=rt.paths, inspector=inspector,
+                          watch=rt.watch)
+        turns = Turns(scope=rt.scope, catalog=rt.catalog, live=rt.live, notifier=rt.notifier,
+                      watch=rt.watch)
         desk = PromptDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
-                          notifier=rt.notifier, clock=rt.clock, instance_id=instance_id)
+                          notifier=rt.notifier, clock=rt.clock, instance_id=instance_id,
+                          watch=rt.watch)
         person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)

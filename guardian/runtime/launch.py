@@ -133,6 +133,8 @@ class Launcher:
 
         def on_output(data: bytes) -> None:
             live = holder[0]
+            if live.before_feed is not None:
+                live.before_feed()
             live.screen.feed(data)
             live.append_output(data)
             notifier.notify_output()

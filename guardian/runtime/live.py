@@ -40,6 +40,9 @@ class LiveExecution:
     #: The whole record as its end was written (None until then, or when the disk refused
     #: it): what the reply to the request that waited for the end reports.
     ended_record: dict[str, Any] | None = None
+    #: Called before each chunk of output reaches the screen, when set (the turn watch's
+    #: look at a frame it had no time to look at before the next one came).
+    before_feed: Callable[[], None] | None = None
 
     def append_output(self, data: bytes) -> None:
         """The hot path: journal the bytes and count the activity. Nothing else."""

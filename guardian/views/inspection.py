@@ -1,7 +1,7 @@
 """Looking at executions without touching them: screens, listings, records, detection.
 
-``exec.screen``, ``exec.list`` and ``exec.get``, plus the detection snapshot and recognition
-states that the history side (read, wait) needs.
+``exec.screen``, ``exec.list`` and ``exec.get``, plus the detection snapshot that the history
+side (read) needs.
 """
 
 from __future__ import annotations
@@ -135,16 +135,6 @@ class Inspector:
         decision, observation = recognize_record(record, live)
         return json.dumps({"recognition": decision.to_dict(), "observation": observation,
                            "screen": screen}, ensure_ascii=False)
-
-    def recognition_states(self, execution_ids: list[str]) -> dict[str, str]:
-        """Recognized state of each live execution among ``execution_ids``."""
-        states: dict[str, str] = {}
-        for execution_id in execution_ids:
-            live = self._live.get(execution_id)
-            record = self._catalog.get_execution(execution_id) if live else None
-            if live is not None and record is not None:
-                states[execution_id] = recognize_record(record, live)[0].state
-        return states
 
 
 def _runs_agent_cli(command: str) -> bool:

@@ -30,6 +30,7 @@ from tether.protocol.results import ObserveResult, ReadResult, Result, WaitResul
 from tether.shared.cursors import CursorSigner, load_secret
 
 if TYPE_CHECKING:
+    from tether.guardian.agents.watch import TurnWatch
     from tether.guardian.runtime.live import LiveTable
     from tether.guardian.runtime.notify import ChangeNotifier
     from tether.guardian.runtime.scope import Scope
@@ -46,8 +47,9 @@ class History:
 
     def __init__(
         self, *, scope: Scope, catalog: Catalog, live: LiveTable, notifier: ChangeNotifier,
-        paths: GuardianPaths, inspector: Inspector,
+        paths: GuardianPaths, inspector: Inspector, watch: TurnWatch,
     ) -> None:
+        self._watch = watch
         self._scope = scope
         self._catalog = catalog
         self._live = live
@@ -230,6 +232,16 @@ class History:
     # -- wait ------------------------------------------------------------------------------
 
     async def wait(self, request: Request, params: ExecWaitParams) -> WaitResult:
+        """Wait for events on executions, from a position in the catalog and its turn log.
+
+        A cursor (or a catalog cursor) is a position: every turn-log row after it counts, so a
+        turn that began and ended before this call is reported, with the states it went
+        through (``transitions``), and a state entered after the cursor answers at once even
+        if it is the state the execution was in when the cursor was taken. Without ``after``
+        the position is now: only what happens from this call on counts (read the current
+        state from ``current``). Every reply carries ``current``: each execution's record in
+        short with the turn watch's ``recognition``.
+        """
         self._scope.thread_for(params)
         ids = list(dict.fromkeys(params.execution_ids))
         scope = {"p": params.principal, "w": params.workspace_root, "t": params.thread_id,
@@ -238,23 +250,19 @@ class History:
         loop = asyncio.get_running_loop()
         budget = params.timeout_ms / 1000
         deadline = loop.time() + (budget if budget > 0 else ZERO_TIMEOUT_BUDGET_S)
+        if events & _RECOGNIZER_EVENTS:
+            # Under the guardian's watch from now on; the current state is in the log before
+            # the position below is taken, so it never reads as a change.
+            for record in self._catalog.get_executions(ids).values():
+                if self._scope.visible(record, params):
+                    await self._watch.ensure(record)
         baseline = self._wait_baseline(params.after, scope, ids)
-        recognizing = bool(events & _RECOGNIZER_EVENTS)
-        if recognizing:
-            await self._refresh(ids)  # recognition below then reads fresh screens
-            if "rec" not in baseline:
-                # A catalog cursor holds no recognition state (none is persisted): a state
-                # counts as changed only when it changes after the wait begins, else an idle
-                # screen would be "changed to awaiting_input" at once, every time.
-                baseline["rec"] = self.inspector.recognition_states(ids)
+        wants_output = "output" in events
         while True:
             outcome = self._changes(params, ids, baseline, events)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
-            wants_output = bool(events & (_RECOGNIZER_EVENTS | {"output"}))
             await self._notifier.wait(deadline - loop.time(), output=wants_output)
-            if recognizing:
-                await self._refresh(ids)
         if outcome is None:
             outcome = ("timeout", [])
         kind, changed = outcome
@@ -262,14 +270,29 @@ class History:
             "outcome": kind,
             "changed": changed,
             "cursor": self.signer.sign(scope, self._baseline(ids)),
+            "current": self._current(ids),
         })
+
+    def _current(self, ids: list[str]) -> list[dict[str, Any]]:
+        """Each watched record as it is now, in short, with its recognition if it has one."""
+        current = []
+        for eid, record in self._catalog.get_executions(ids).items():
+            view = dict(compact_view(record, self._live.get(eid)))
+            view["execution_id"] = eid
+            recognition = self._watch.summary(eid)
+            if recognition is not None:
+                view["recognition"] = recognition
+            current.append(view)
+        return current
 
     def _wait_baseline(self, after: str | None, scope: dict[str, str], ids: list[str]) -> dict[str, Any]:
         """Where a wait starts: now, a wait cursor, or a catalog cursor (list/observe/wait).
 
-        A catalog cursor lets a client that kept one across a crash see what changed while no
-        front-end was there: every record persisted after that sequence counts as changed
-        (recognition states, which are not persisted, count from the wait's start).
+        Both kinds of cursor hold a catalog sequence, which is also a position in the turn
+        log (its rows take their numbers from the same counter): every record persisted and
+        every turn-log row written after it counts as changed. A wait cursor made before
+        the turn log existed carries the same sequence and is read the same way (the
+        recognition states it also held are not needed any more).
         """
         if after is None:
             return self._baseline(ids)
@@ -282,19 +305,10 @@ class History:
             return {"seq": seq}
         return self.signer.verify(after, scope)
 
-    async def _refresh(self, ids: list[str]) -> None:
-        for execution_id in ids:
-            live = self._live.get(execution_id)
-            if live is not None:
-                await live.screen.snapshot_async()
-
     def _baseline(self, ids: list[str]) -> dict[str, Any]:
         records = self._catalog.get_executions(ids)
         ends = {eid: self._live.view(r)["output_end"] for eid, r in records.items()}
-        # Recognition states are always in the cursor, so a cursor taken without recognizer
-        # events still works as a baseline for a later wait that asks for them.
-        return {"seq": self._catalog.change_seq(), "out": ends,
-                "rec": self.inspector.recognition_states(ids)}
+        return {"seq": self._catalog.change_seq(), "out": ends}
 
     def _changes(
         self, params: ExecWaitParams, ids: list[str], baseline: dict[str, Any], events: set[str]
@@ -303,7 +317,8 @@ class History:
         known = baseline.get("out", {})
         if any(eid in known and eid not in records for eid in ids):
             return "resync", []  # a watched record was pruned since the cursor
-        if int(baseline.get("seq", 0)) > self._catalog.change_seq():
+        after = int(baseline.get("seq", 0))
+        if after > self._catalog.change_seq():
             return "resync", []
         missing = [eid for eid in ids if eid not in records or not self._scope.visible(records[eid], params)]
         if missing:
@@ -312,14 +327,12 @@ class History:
                 {"execution_ids": missing},
             )
         changed = []
-        rec_base = baseline.get("rec", {})
-        # Recognition emulates the screen: only pay for it when a recognizer event is wanted.
-        rec_now = self.inspector.recognition_states(ids) if events & _RECOGNIZER_EVENTS else {}
+        turns = self._watch.log.since(ids, after) if events & _RECOGNIZER_EVENTS else {}
         for eid in ids:
             record = records[eid]
             view = self._live.view(record)
             fired: list[str] = []  # which of the requested events happened, in event order
-            persisted_change = int(record["change_seq"]) > int(baseline.get("seq", 0))
+            persisted_change = int(record["change_seq"]) > after
             if persisted_change and "state" in events:
                 fired.append("state")
             if persisted_change and record["status"] == "exited" and "exited" in events:
@@ -328,11 +341,15 @@ class History:
                 fired.append("unknown")
             if "output" in events and view["output_end"] > int(known.get(eid, view["output_end"])):
                 fired.append("output")
-            state = rec_now.get(eid)
-            if state != rec_base.get(eid) and state in events and state not in fired:
-                fired.append(state)
+            rows = turns.get(eid, [])
+            for row in rows:
+                if row.to_state in events and row.to_state not in fired:
+                    fired.append(row.to_state)
             if fired:
-                changed.append({**view, "fired": fired})
+                item = {**view, "fired": fired}
+                if rows:
+                    item["transitions"] = [row.to_dict() for row in rows]
+                changed.append(item)
         return ("changed", changed) if changed else None
 
 

@@ -72,7 +72,8 @@ class CatalogCore:
         """Bring a catalog of an older schema up to this one, keeping every row.
 
         Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``);
-        then the thread columns added since.
+        then the thread columns added since. Schema 2 -> 3: the turn log, a new table only
+        (``SCHEMA`` creates it).
         Idempotent and safe when two processes open the same catalog at once.
         """
         with self.transaction():

@@ -6,7 +6,8 @@ has no live guardian reads it through ``view`` and never runs any of this.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+#: 3: the turn log (``turns``, ``turn_table``), a new table only.
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -115,6 +116,17 @@ CREATE TABLE IF NOT EXISTS idempotency (
     created_unix_ms INTEGER NOT NULL,
     PRIMARY KEY (principal, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS turns (
+    seq INTEGER PRIMARY KEY,
+    execution_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    rule TEXT,
+    recognizer TEXT,
+    at_unix_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_execution ON turns (execution_id, seq);
 """
 
 #: Indexes a command's writes no longer pay for (each index is a page more per commit on a

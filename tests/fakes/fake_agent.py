@@ -11,7 +11,11 @@ and at the bottom an input box (``╭───╮`` / ``│ > text`` / ``╰─�
 Typed characters are echoed into the box. Enter on a non-empty draft appends one JSON line
 ``{"received": TEXT}`` to ``--log`` (flushed and fsynced, so a test can count deliveries),
 then the agent is busy for ``--busy-seconds`` (a spinner line ``✻ Working… (esc to
-interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again.
+interrupt)`` redrawn a few times a second), prints ``● Done: TEXT`` and is idle again; a
+turn shorter than a spinner frame ends on time (``--busy-seconds 0.015``: a 15 ms turn).
+With ``--start-delay S`` a submitted turn looks idle for S seconds (the prompt in the
+transcript, an empty box) before the spinner shows. With ``--done-log FILE`` each finished
+turn appends ``{"done": TEXT}`` there once the idle screen after it is drawn.
 
 With ``--paste-burst-ms N`` an Enter that comes within N ms of a typed character joins the
 draft as a newline instead of submitting it, as Codex does (it takes such an Enter for part
@@ -75,6 +79,7 @@ class Agent:
     log_path: str
     busy_seconds: float
     approval: bool
+    start_delay: float = 0.0
     ignore_interrupt: bool = False
     interrupt_presses: int = 1
     presses: list[float] = field(default_factory=list)  # this turn's recent interrupt presses
@@ -132,7 +137,9 @@ class Agent:
         if self.approval:
             self.mode = "approval"
         else:
-            self._start_busy(now)
+            # From after the log's fsync (it can take longer than a short turn): the busy
+            # screen shows for the whole of --busy-seconds.
+            self._start_busy(time.monotonic())
 
     def _approval_key(self, key: str, now: float) -> None:
         if key in ("1", "\r", "\n", "y"):
@@ -143,8 +150,10 @@ class Agent:
 
     def _start_busy(self, now: float) -> None:
         self.mode = "busy"
-        self.busy_started = now
-        self.busy_until = now + self.busy_seconds
+        # With --start-delay the screen still looks idle (the prompt moved to the transcript,
+        # an empty box) for that long before the spinner shows, as a real agent's can.
+        self.busy_started = now + self.start_delay
+        self.busy_until = self.busy_started + self.busy_seconds
         if self.run_prompts and self.pending.startswith("run: "):
             self.tool = subprocess.Popen(
                 ["sh", "-c", self.pending[len("run: "):]], stdin=subprocess.DEVNULL,
@@ -184,12 +193,17 @@ class Agent:
         lines = header + body + [""] * (room - len(body)) + bottom
         out = ["\x1b[?25l\x1b[H\x1b[2J"]
         out.append("\r\n".join(line[:width] for line in lines[:rows]))
-        if self.mode != "busy":
+        if not self.busy_shown(now):
             # Park the cursor after the draft, where a real agent's caret would be.
-            row = rows - len(bottom) + 4 if self.mode == "idle" else rows  # the "│ >" row
-            col = min(width, 5 + len(_flat(self.draft))) if self.mode == "idle" else 1
+            boxed = self.mode != "approval"
+            row = rows - len(bottom) + 4 if boxed else rows  # the "│ >" row
+            col = min(width, 5 + len(_flat(self.draft))) if boxed else 1
             out.append(f"\x1b[{row};{col}H\x1b[?25h")
         return "".join(out)
+
+    def busy_shown(self, now: float) -> bool:
+        """Whether the spinner is on screen (busy, and past any --start-delay)."""
+        return self.mode == "busy" and now >= self.busy_started
 
     def _bottom(self, now: float, width: int) -> list[str]:
         inner = width - 2
@@ -210,7 +224,7 @@ class Agent:
             ("│ > " + _flat(self.draft))[: width - 1].ljust(width - 1) + "│",
             "╰" + "─" * inner + "╯",
         ]
-        if self.mode == "busy":
+        if self.busy_shown(now):
             frame = SPINNER[int((now - self.busy_started) / FRAME_SECONDS) % len(SPINNER)]
             elapsed = int(now - self.busy_started)
             armed = [t for t in self.presses if now - t < ARMED_SECONDS]
@@ -329,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sticky-draft", action="store_true", help="Backspace does nothing")
     parser.add_argument("--start-log", help="append the argv and --show-env variables here")
     parser.add_argument("--show-env", action="append", default=[], help="a variable to log")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="seconds a submitted turn still looks idle before the spinner")
+    parser.add_argument("--done-log", help="append one JSON line per finished turn here, "
+                        "once the idle screen after it is drawn")
     args = parser.parse_args(argv)
     if args.start_log:
         started = {"argv": sys.argv[1:] if argv is None else argv,
@@ -337,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             log.write(json.dumps(started) + "\n")
 
     agent = Agent(log_path=args.log, busy_seconds=args.busy_seconds, approval=args.approval,
+                  start_delay=args.start_delay,
                   paste_burst_seconds=args.paste_burst_ms / 1000,
                   ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts,
                   interrupt_presses=args.interrupt_presses, draft=args.draft,
@@ -360,15 +379,23 @@ def main(argv: list[str] | None = None) -> int:
         redraw = True
         while not agent.quit:
             now = time.monotonic()
-            redraw = agent.tick(now) or redraw or bool(resized)
+            finished = agent.tick(now)
+            redraw = finished or redraw or bool(resized)
             if redraw or agent.mode == "busy":
                 resized.clear()
                 cols, rows = _terminal_size()
                 out.write(agent.draw(now, cols, rows))
                 out.flush()
                 redraw = False
-            # Busy: wake up for the next spinner frame; idle: only input matters.
-            if not _readable(fd, FRAME_SECONDS if agent.mode == "busy" else 1.0):
+            if finished and args.done_log:
+                with open(args.done_log, "a", encoding="utf-8") as done:
+                    done.write(json.dumps({"done": agent.pending}) + "\n")
+            # Busy: wake up for the next spinner frame, or the turn's end if sooner (a turn of
+            # a few milliseconds ends on time); idle: only input matters.
+            now = time.monotonic()
+            next_change = agent.busy_started if now < agent.busy_started else agent.busy_until
+            busy_wait = min(FRAME_SECONDS, max(0.0, next_change - now))
+            if not _readable(fd, busy_wait if agent.mode == "busy" else 1.0):
                 continue
             keys = reader.read()
             if keys is None:
