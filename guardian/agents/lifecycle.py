@@ -43,6 +43,7 @@ from tether.shared.store.agent_table import AgentStore, Transition
 
 if TYPE_CHECKING:
     from tether.guardian.agents.receipts import PromptDesk
+    from tether.guardian.agents.watch import TurnWatch
     from tether.guardian.history.idempotency import IdempotencyLedger
     from tether.guardian.runtime.assembly import Runtime
 
@@ -59,15 +60,17 @@ class AgentLifecycle:
     """The ``agent.*`` lifecycle handlers over this guardian's runtime room."""
 
     def __init__(
-        self, *, runtime: Runtime, prompts: PromptDesk, ledger: IdempotencyLedger, instance_id: str,
+        self, *, runtime: Runtime, watch: TurnWatch, prompts: PromptDesk,
+        ledger: IdempotencyLedger, instance_id: str,
     ) -> None:
         self.rt = runtime
+        self.watch = watch
         self.scope = runtime.scope
         self.instance_id = instance_id
         self.store = AgentStore(runtime.catalog)
         self.envs = LaunchEnvStore(runtime.paths.state)  # launch {env}: private, 0600
         self._ledger = ledger
-        self.runtimes = AgentRuntimes(runtime, on_recognized=self._recognized, on_exit=self._exited)
+        self.runtimes = AgentRuntimes(runtime, watch, on_recognized=self._recognized, on_exit=self._exited)
         self.notices = NoticeDesk(runtime, self.store, prompts)
         self.tree = Tree(self)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -114,7 +117,7 @@ class AgentLifecycle:
         """The agent record with ``recognition``: the turn watch's last verdict, the very
         step that set ``agent_state`` (an ``unknown`` verdict leaves the state as it was)."""
         view = self.rt.live.view(record)
-        recognition = self.rt.watch.summary(record["execution_id"])
+        recognition = self.watch.summary(record["execution_id"])
         if recognition is not None:
             view["recognition"] = recognition
         return view
@@ -303,7 +306,7 @@ class AgentLifecycle:
         live = self.runtimes.live(execution_id)
         # Judge from the screen as it is now, not from a state the watch wrote a moment ago:
         # this look moves agent_state too, so a turn that just ended reads idle here.
-        verdict = await self.rt.watch.look_now(execution_id) if live is not None else None
+        verdict = await self.watch.look_now(execution_id) if live is not None else None
         record = self.agent(params, execution_id)
         if live is not None and verdict is not None and (
                 verdict.state == "awaiting_input" or record["agent_state"] == "idle"):
@@ -347,7 +350,7 @@ class AgentLifecycle:
         pressed, next_press = 0, loop.time()
         while not live.done.is_set():
             if live.activity_seq != baseline:
-                decision = await self.rt.watch.look_now(execution_id)
+                decision = await self.watch.look_now(execution_id)
                 if decision is not None and decision.state == "awaiting_input":
                     break
             if pressed < presses and loop.time() >= next_press:

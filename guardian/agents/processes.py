@@ -25,6 +25,7 @@ from tether.shared.agent_states import AgentState, from_recognition
 
 if TYPE_CHECKING:
     from tether.guardian.agents.recognize import Recognition
+    from tether.guardian.agents.watch import TurnWatch
     from tether.guardian.runtime.assembly import Runtime
     from tether.shared.store.turn_table import Turn
 
@@ -46,15 +47,17 @@ class AgentRuntimes:
     def __init__(
         self,
         runtime: Runtime,
+        watch: TurnWatch,
         *,
         on_recognized: Callable[[str, LiveExecution, AgentState, str | None], None],
         on_exit: Callable[[str, LiveExecution, Stopping], None],
     ) -> None:
         self._rt = runtime
+        self._watch = watch
         self._on_recognized = on_recognized
         self._on_exit = on_exit
         self._stopping: dict[str, Stopping] = {}
-        runtime.watch.subscribe(self._looked)
+        watch.subscribe(self._looked)
 
     def live(self, execution_id: str) -> LiveExecution | None:
         live = self._rt.live.get(execution_id)
@@ -112,7 +115,7 @@ class AgentRuntimes:
             runtime.close()
             raise
         self._rt.live.add(live)
-        self._rt.watch.start(record, live)  # "auto": the recognizer chosen at launch
+        self._watch.start(record, live)  # "auto": the recognizer chosen at launch
         return live
 
     # -- watch -----------------------------------------------------------------------------

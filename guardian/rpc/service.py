@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
+from tether.guardian.agents.watch import TurnWatch
 from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.eager import in_task
@@ -149,16 +150,19 @@ class GuardianService:
             EXEC_INPUT.name: self.exec_input,
         }
         rt = runtime
+        # The turn watch (agents/) records every recognized state change of a watched
+        # execution; the readers, the prompt desk and the agent lifecycle share it.
+        watch = self._watch = TurnWatch(catalog=rt.catalog, live=rt.live, notifier=rt.notifier)
         inspector = self._inspector = Inspector(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                                                 threads=rt.threads, retention=rt.retention)
         history = History(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                           notifier=rt.notifier, paths=rt.paths, inspector=inspector,
-                          watch=rt.watch)
+                          watch=watch)
         turns = Turns(scope=rt.scope, catalog=rt.catalog, live=rt.live, notifier=rt.notifier,
-                      watch=rt.watch)
+                      watch=watch)
         desk = PromptDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                           notifier=rt.notifier, clock=rt.clock, instance_id=instance_id,
-                          watch=rt.watch)
+                          watch=watch)
         person = PersonDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
@@ -181,8 +185,8 @@ class GuardianService:
         if self._agents is None:
             from tether.guardian.agents.lifecycle import AgentLifecycle
 
-            lifecycle = AgentLifecycle(runtime=self._rt, prompts=self._desk, ledger=self._ledger,
-                                       instance_id=self.instance_id)
+            lifecycle = AgentLifecycle(runtime=self._rt, watch=self._watch, prompts=self._desk,
+                                       ledger=self._ledger, instance_id=self.instance_id)
             handlers = lifecycle.handlers()
             missing = {m for m, h in self._handlers.items() if getattr(h, "agent_method", False)}
             assert missing <= set(handlers), f"methods without handlers: {missing - set(handlers)}"

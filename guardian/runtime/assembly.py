@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.guardian.agents.watch import TurnWatch
 from tether.guardian.history.journal import SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime.finish import Finisher
@@ -45,8 +44,6 @@ class Runtime:
     #: The next journal's file, made ahead: the launcher gives it to a new main-shell
     #: command's journal, the finisher makes the next one after that command's reply.
     spare: SpareFile
-    #: Every recognized state change of a watched execution, in the turn log.
-    watch: TurnWatch
 
     @classmethod
     def build(
@@ -85,7 +82,6 @@ class Runtime:
             results=Results(scope=scope, catalog=catalog, live=live, threads=threads,
                             notifier=notifier),
             spare=spare,
-            watch=TurnWatch(catalog=catalog, live=live, notifier=notifier),
         )
 
     def has_running_work(self) -> bool:
