@@ -47,6 +47,11 @@ class LiveExecution:
         self.activity_seq += 1
 
 
+#: Kinds of execution with a terminal and a process of their own: what the caps on running
+#: executions count (a command typed into a main shell runs in the shell's terminal).
+OWN_RUNTIME_KINDS = frozenset({"background", "agent"})
+
+
 class LiveTable:
     """The executions running in this guardian, by id. Only starting and finishing change it."""
 
@@ -58,12 +63,31 @@ class LiveTable:
         self._journals = journals
         self._figures = figures
         self._live: dict[str, LiveExecution] = {}
+        # Executions of OWN_RUNTIME_KINDS per thread, and in all: counted as they come and
+        # go, so a start's check of the caps costs no walk of the table.
+        self._own: dict[str, int] = {}
+        self._own_total = 0
 
     def add(self, live: LiveExecution) -> None:
+        self.remove(live.execution_id)  # a resumed agent's new runtime replaces its old one
         self._live[live.execution_id] = live
+        if live.kind in OWN_RUNTIME_KINDS:
+            self._own[live.thread_id] = self._own.get(live.thread_id, 0) + 1
+            self._own_total += 1
 
     def remove(self, execution_id: str) -> None:
-        self._live.pop(execution_id, None)
+        live = self._live.pop(execution_id, None)
+        if live is not None and live.kind in OWN_RUNTIME_KINDS:
+            left = self._own[live.thread_id] - 1
+            if left:
+                self._own[live.thread_id] = left
+            else:
+                del self._own[live.thread_id]
+            self._own_total -= 1
+
+    def running(self, thread_id: str) -> tuple[int, int]:
+        """Background commands and managed agents running: ``(in this thread, in all)``."""
+        return self._own.get(thread_id, 0), self._own_total
 
     def get(self, execution_id: str) -> LiveExecution | None:
         return self._live.get(execution_id)
