@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.guardian.agents.turns import recognize_record
-from tether.guardian.history.journal import Journal
 from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
@@ -92,7 +91,7 @@ class AgentRuntimes:
             thread_id=record["thread_id"],
             kind="agent",
             generation=generation,
-            journal=Journal(self._rt.paths.journals, execution_id),
+            journal=self._rt.live.journal_to_write(execution_id, new=False),
             runtime=runtime,
             screen=screen,
         )

@@ -23,6 +23,7 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import GUARDIAN_STOPPED, Threads
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.segments import OutputSizes
 from tether.shared.store.catalog import Catalog
 
 
@@ -61,14 +62,15 @@ class Runtime:
         base_env: dict[str, str],
         mode_sandbox: bool = True,
         caps: RunningCaps | None = None,
+        sizes: OutputSizes | None = None,
     ) -> Runtime:
         caps = caps or RunningCaps()
         scope = Scope(catalog, principal=principal, workspace_root=workspace_root)
         notifier = ChangeNotifier()
         # Waiters want persisted changes: whichever commit writes a staged end wakes them.
         catalog.on_staged_written = notifier.notify
-        live = LiveTable(paths.journals, catalog.output_figures)
-        retention = Retention(catalog, paths, clock)
+        live = LiveTable(paths.journals, catalog.output_figures, sizes)
+        retention = Retention(catalog, paths, clock, sizes=live.sizes)
         spare = SpareFile(paths.journals)
         spare.refill()
         finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier,

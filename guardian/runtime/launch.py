@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tether.guardian.history.journal import Journal, SpareFile
+from tether.guardian.history.journal import SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime import sandbox
 from tether.guardian.runtime.caps import RunningCaps, exhausted
@@ -235,7 +235,7 @@ class Launcher:
             thread_id=thread["thread_id"],
             kind=kind,
             generation=generation,
-            journal=Journal(self._journals, execution_id, new=True),
+            journal=self._live.journal_to_write(execution_id, new=True),
             runtime=runtime,
             screen=screen,
             inserted_record=inserted,

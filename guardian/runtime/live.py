@@ -13,7 +13,7 @@ from tether.guardian.history.journal import Journal
 from tether.guardian.history.records import list_view, record_view
 from tether.guardian.runtime.pty import PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
-from tether.shared.segments import Figures
+from tether.shared.segments import Figures, OutputSizes
 
 
 @dataclass(eq=False)
@@ -57,11 +57,14 @@ class LiveTable:
 
     def __init__(
         self, journals: Path, figures: Callable[[str], Figures | None] | None = None,
+        sizes: OutputSizes | None = None,
     ) -> None:
         """``figures``: a record's output figures by execution id (the catalog's), which
-        find an ended execution's journal without listing the journals directory."""
+        find an ended execution's journal without listing the journals directory.
+        ``sizes``: how much of each execution's output its journal keeps."""
         self._journals = journals
         self._figures = figures
+        self.sizes = sizes or OutputSizes()
         self._live: dict[str, LiveExecution] = {}
         # Executions of OWN_RUNTIME_KINDS per thread, and in all: counted as they come and
         # go, so a start's check of the caps costs no walk of the table.
@@ -112,7 +115,14 @@ class LiveTable:
         if live is not None:
             return live.journal
         figures = self._figures(execution_id) if self._figures is not None else None
-        return Journal(self._journals, execution_id, figures=figures)
+        return Journal(self._journals, execution_id, self.sizes.tail, head=self.sizes.head,
+                       figures=figures)
+
+    def journal_to_write(self, execution_id: str, *, new: bool) -> Journal:
+        """The journal a starting execution appends to: a new one, or (``new`` false: a
+        resumed agent's next generation) the one it has, found on disk."""
+        return Journal(self._journals, execution_id, self.sizes.tail, head=self.sizes.head,
+                       new=new)
 
     def view(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record as clients see it, with live output figures if it still runs."""
