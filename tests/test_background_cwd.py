@@ -8,6 +8,7 @@ thread's shell's directory for every execution.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import anyio
@@ -73,3 +74,25 @@ async def test_status_check_of_a_background_server_says_where_it_runs(
         if final:
             break
     assert final is not None and final["cwd"] == str(a), final
+
+
+async def test_a_status_check_answers_at_once_unless_asked_to_wait(
+    client: Client, workspace: Path
+) -> None:
+    """It cost the whole default wait (5 s) of every BashCommand: a check is a look."""
+    session = await initialize(client, workspace)
+    job = await bash(client, session, {"type": "command", "command": "sleep 30",
+                                       "is_background": True}, wait=0)
+    check = {"type": "status_check", "execution_id": job["execution_id"]}
+    began = time.monotonic()
+    status = await bash(client, session, check)  # no wait_for_seconds
+    looked = time.monotonic() - began
+    assert status["status"] == "running"
+    assert looked < 3.0, looked  # generous: the old default wait was 5 s
+    began = time.monotonic()
+    await bash(client, session, check, wait=1)  # asked to wait: it does
+    assert time.monotonic() - began >= 1.0
+    await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                 "execution_id": job["execution_id"]}, wait=0)
+    ended = await bash(client, session, check, wait=10)
+    assert ended["status"] == "exited"
