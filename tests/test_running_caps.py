@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 from ptyprocess import PtyProcess
 
 from tests.helpers import apoll, guardian_infos, guardian_thread, open_thread, processes_with_env
+from tests.mcp_helpers import agent, bash, call_error, initialize
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.caps import RunningCaps, exhausted
 from tether.protocol.errors import ErrorCode, TetherError
@@ -238,3 +240,36 @@ def test_each_cap_is_checked_against_its_own_count() -> None:
         with pytest.raises(TetherError) as refused:
             caps.check(running)
         assert refused.value.data["rule"] == rule
+
+
+@pytest.fixture
+def two_per_thread(tether_env: Config, monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
+    monkeypatch.setenv("TETHER_MAX_RUNNING_PER_THREAD", "2")
+    yield Config.from_env()
+
+
+async def test_managed_agents_count_and_are_refused_before_any_record(
+    two_per_thread: Config, client: Client, workspace: Path
+) -> None:
+    session = await initialize(client, workspace)
+    job = await bash(client, session, {"type": "command", "command": "sleep 30",
+                                       "is_background": True}, wait=0)
+    launched = await agent(client, session, {"action": "launch", "provider": "command",
+                                             "argv": ["sleep", "30"]})
+    refused = await agent(client, session, {"action": "launch", "provider": "command",
+                                            "argv": ["sleep", "31"]}, error=True)
+    assert refused["code"] == "limit_exceeded", refused
+    assert refused["data"]["rule"] == "running_per_thread" and refused["data"]["limit"] == 2
+    listed = (await agent(client, session, {"action": "list"}))["data"]["agents"]
+    assert [a["execution_id"] for a in listed] == [launched["data"]["agent"]["execution_id"]]
+    over = await call_error(client, "BashCommand", {
+        "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+        "action_json": {"type": "command", "command": "sleep 32", "is_background": True}})
+    assert over["code"] == "limit_exceeded" and over["data"]["input_sent"] is False, over
+    await agent(client, session, {"action": "close",
+                                  "target": launched["data"]["agent"]["execution_id"]})
+    await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"],
+                                 "execution_id": job["execution_id"]}, wait=0)
+    ended = await bash(client, session, {"type": "status_check",
+                                         "execution_id": job["execution_id"]}, wait=10)
+    assert ended["status"] == "exited"
