@@ -27,6 +27,9 @@ class ErrorCode(StrEnum):
     # An idempotency key reused for a request with other params (or another method).
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     LIMIT_EXCEEDED = "limit_exceeded"
+    # The host or the guardian ran out of something a start needs (descriptors, terminals,
+    # processes, memory): ``data.resource`` names it, and nothing was started.
+    RESOURCE_EXHAUSTED = "resource_exhausted"
     UNKNOWN_METHOD = "unknown_method"
     # Transport and guardian identity (R5-R10)
     UNAUTHORIZED = "unauthorized"
@@ -79,6 +82,7 @@ class ErrorCode(StrEnum):
     INVALID_STATE = "invalid_state"
     # cancel of an agent whose screen shows no turn (it waits for input): nothing pressed.
     NOT_BUSY = "not_busy"
+    # A program that could not be started (a managed agent's, or a background command's).
     SPAWN_FAILED = "spawn_failed"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"

@@ -124,8 +124,32 @@ MAX_MODE_ENTRIES = 256
 THREAD_MAX_RECORDS = 128
 THREAD_MAX_BYTES = 16 * 1024 * 1024
 RECORD_TTL_MS = 24 * 3600 * 1000
-#: Raw output kept per execution (the journal's rolling window).
+#: Raw output kept per execution: its last this many bytes (the journal's rolling window)...
 EXECUTION_RETAIN_BYTES = 1024 * 1024
+#: ... and its first this many (where a build log's first error usually is); the bytes
+#: between the two are dropped, and a read that crosses them reports the gap. Both are
+#: configurable (TETHER_OUTPUT_TAIL_BYTES, TETHER_OUTPUT_HEAD_BYTES: shared/config.py),
+#: within these bounds.
+EXECUTION_HEAD_BYTES = 64 * 1024
+MIN_RETAIN_BYTES, MAX_RETAIN_BYTES = 4 * 1024, 256 * 1024 * 1024
+MAX_HEAD_BYTES = 64 * 1024 * 1024
+
+# -- what runs at once -----------------------------------------------------------------------
+
+#: Background commands and managed agents running at once, per thread and per guardian.
+#: Each holds a terminal of the host and about three of the guardian's descriptors, so one
+#: client starting jobs in a loop would otherwise run the host out of both for everyone.
+#: A start over either is ``limit_exceeded`` before anything starts. Configurable
+#: (TETHER_MAX_RUNNING_PER_THREAD, TETHER_MAX_RUNNING_PER_GUARDIAN: shared/config.py), from
+#: 1 to MAX_RUNNING_CONFIGURED. A command typed into a thread's main shell runs in the
+#: shell's terminal and does not count.
+MAX_RUNNING_PER_THREAD = 64
+MAX_RUNNING_PER_GUARDIAN = 256
+MAX_RUNNING_CONFIGURED = 100_000
+#: Descriptors a guardian keeps free for answering (a read opens a journal file, a client
+#: connects, the catalog opens its files): a start that would leave fewer is refused as
+#: ``resource_exhausted``, before anything starts.
+DESCRIPTOR_RESERVE = 32
 
 # -- managed agents (SPEC §8) ----------------------------------------------------------------
 

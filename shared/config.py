@@ -7,6 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.protocol.limits import (
+    EXECUTION_HEAD_BYTES,
+    EXECUTION_RETAIN_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_RETAIN_BYTES,
+    MAX_RUNNING_CONFIGURED,
+    MAX_RUNNING_PER_GUARDIAN,
+    MAX_RUNNING_PER_THREAD,
+    MIN_RETAIN_BYTES,
+)
+
 DEFAULT_IDLE_S = 24 * 3600.0
 
 
@@ -20,6 +31,12 @@ class Config:
     ``home``: HOME; a workspace may not be ``/``, the home directory or an ancestor of it
     (``workspace_too_broad``) unless listed in ``broad_workspaces_allowed``:
     TETHER_ALLOW_BROAD_WORKSPACES, paths separated by ``:`` (for example ``/`` or ``$HOME``).
+    ``max_running_per_thread``, ``max_running_per_guardian``: TETHER_MAX_RUNNING_PER_THREAD
+    (default 64), TETHER_MAX_RUNNING_PER_GUARDIAN (default 256): background commands and
+    managed agents running at once.
+    ``output_head_bytes``, ``output_tail_bytes``: TETHER_OUTPUT_HEAD_BYTES (default 64 KiB,
+    0 keeps no head), TETHER_OUTPUT_TAIL_BYTES (default 1 MiB): the first and last bytes of
+    each execution's output that its journal keeps.
     """
 
     state_home: Path
@@ -27,6 +44,10 @@ class Config:
     guardian_idle_s: float
     home: Path = Path("/nonexistent")
     broad_workspaces_allowed: frozenset[str] = frozenset()
+    max_running_per_thread: int = MAX_RUNNING_PER_THREAD
+    max_running_per_guardian: int = MAX_RUNNING_PER_GUARDIAN
+    output_head_bytes: int = EXECUTION_HEAD_BYTES
+    output_tail_bytes: int = EXECUTION_RETAIN_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -59,5 +80,30 @@ class Config:
             for entry in env.get("TETHER_ALLOW_BROAD_WORKSPACES", "").split(os.pathsep)
             if entry and os.path.isabs(entry)
         )
-        return cls(state_home=state.absolute(), runtime_dir=runtime.absolute(), guardian_idle_s=idle,
-                   home=home.absolute(), broad_workspaces_allowed=allowed)
+        return cls(
+            state_home=state.absolute(), runtime_dir=runtime.absolute(), guardian_idle_s=idle,
+            home=home.absolute(), broad_workspaces_allowed=allowed,
+            max_running_per_thread=_count(env, "TETHER_MAX_RUNNING_PER_THREAD",
+                                          MAX_RUNNING_PER_THREAD, 1, MAX_RUNNING_CONFIGURED),
+            max_running_per_guardian=_count(env, "TETHER_MAX_RUNNING_PER_GUARDIAN",
+                                            MAX_RUNNING_PER_GUARDIAN, 1, MAX_RUNNING_CONFIGURED),
+            output_head_bytes=_count(env, "TETHER_OUTPUT_HEAD_BYTES", EXECUTION_HEAD_BYTES, 0,
+                                     MAX_HEAD_BYTES),
+            output_tail_bytes=_count(env, "TETHER_OUTPUT_TAIL_BYTES", EXECUTION_RETAIN_BYTES,
+                                     MIN_RETAIN_BYTES, MAX_RETAIN_BYTES),
+        )
+
+
+def _count(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    """The whole number ``env[name]`` names (``default`` when unset or empty), which must lie
+    in ``low``-``high``: anything else is refused by name, never guessed."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be from {low} to {high}, got {value}")
+    return value

@@ -141,10 +141,16 @@ async def test_tail_marks_the_retention_gap(client: Client, workspace: Path) -> 
     seq = await run(client, session, "seq 1 200000", wait=30)
     shown = tether("tail", seq["execution_id"])
     assert shown.returncode == 0, shown.stderr
-    first = shown.stdout.splitlines()[0]
+    # The first 64 KiB, then the gap, then the last 1 MiB (issue 31: the head is kept).
+    assert shown.stdout.startswith("1\n2\n3\n"), shown.stdout[:40]
+    [gap] = [line for line in shown.stdout.splitlines() if GAP.match(line)]
     total = sum(len(f"{i}\r\n") for i in range(1, 200001))
-    assert GAP.match(first) and int(GAP.match(first).group(1)) == total - 1024 * 1024  # type: ignore[union-attr]
-    _check_lines(shown.stdout, 200000)
+    assert int(GAP.match(gap).group(1)) == total - 1024 * 1024 - 64 * 1024  # type: ignore[union-attr]
+    head, rest = shown.stdout.split(gap + "\n", 1)
+    kept = head.splitlines()  # whole lines, and the one the head's end cut
+    assert kept[:-1] == [str(i) for i in range(1, len(kept))]
+    assert str(len(kept)).startswith(kept[-1])
+    _check_lines(gap + "\n" + rest, 200000)
     last = tether("tail", seq["execution_id"], "--bytes", "16").stdout  # raw bytes: CRLF
     assert last == "199999\n200000\n"
 

@@ -26,7 +26,7 @@ from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
 from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.limits import EXECUTION_RETAIN_BYTES, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
+from tether.protocol.limits import THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.protocol.versions import capabilities_for, known_minor_versions
 from tether.shared.clock import Clock
 from tether.shared.config import Config
@@ -228,10 +228,13 @@ class Doctor:
                  f"{budget / 1e6:.0f} MB allowed ({threads} threads × 16 MiB)",
                  None if level == "ok" else "retention trims on the next catalog operation; "
                  "if it stays, restart the guardian")
-        big = [e for e, size in per_execution.items() if size > 2 * EXECUTION_RETAIN_BYTES]
+        kept = self.config.output_head_bytes + 2 * self.config.output_tail_bytes
+        big = [e for e, size in per_execution.items() if size > kept]
         if big:
-            self.add("warn", f"{len(big)} journals hold more than the 1 MiB retained per "
-                     "execution (plus one segment being written)",
+            self.add("warn", f"{len(big)} journals hold more than the first "
+                     f"{self.config.output_head_bytes // 1024} KiB and last "
+                     f"{self.config.output_tail_bytes // 1024} KiB retained per execution "
+                     "(plus one segment being written)",
                      restart)
         if over_records:
             self.add("warn", f"threads over {THREAD_MAX_RECORDS} records: {', '.join(over_records)}",

@@ -104,7 +104,7 @@ class OnDisk:
         self.was = as_reconciled(record)
         segments = self._segments()
         if segments:
-            record["output_start"], record["output_end"] = window(segments)
+            record["output_start"], record["output_end"] = window(segments).figures
 
     @property
     def workspace(self) -> str:
@@ -153,7 +153,8 @@ class OnDisk:
     def _stream(self, params: dict[str, Any]) -> StreamResult:
         record = self.found["execution"]
         segments = self._segments()
-        start, end = window(segments)
+        kept = window(segments)
+        start, end = kept.figures
         figures = {"execution_id": record["execution_id"], "status": record["status"],
                    "exit_code": record.get("exit_code"), "reason": record.get("reason"),
                    "live": False, "journal_start": start, "journal_end": end,
@@ -170,9 +171,9 @@ class OnDisk:
             raise TetherError(ErrorCode.INVALID_REQUEST,
                               f"offset {offset} is past the end of the output ({end})",
                               {"journal_end": end})
-        gap = max(0, start - offset)
-        offset = max(offset, start)
-        data = read_range(segments, offset, min(end, offset + int(params.get("max_bytes") or 0)))
+        offset, gap = kept.resume(offset)
+        data = read_range(segments, offset,
+                          min(kept.run_end(offset), offset + int(params.get("max_bytes") or 0)))
         return StreamResult.model_validate({**figures, "data": data, "start": offset,
                                             "end": offset + len(data), "gap": gap})
 

@@ -79,10 +79,16 @@ class Output:
             self.last = data[-1:]
 
     def gap(self, dropped: int) -> None:
+        if self.plain is not None:
+            # What waited for bytes that the gap dropped: a line's CR is the line's end; an
+            # escape sequence will never be finished.
+            rest = self.plain.flush().split(b"\x1b", 1)[0]
+            if rest:
+                self.write_raw(b"\n" if rest == b"\r" else rest)
         prefix = b"" if self.last in (b"\n", b"") else (b"\r\n" if self.plain is None else b"\n")
         newline = b"\n" if self.plain is not None else b"\r\n"
         self.write_raw(prefix + f"[tether: {dropped} bytes of output were dropped by retention "
-                       "here (1 MiB is kept per execution)]".encode() + newline)
+                       "here (each execution keeps its first 64 KiB and last 1 MiB)]".encode() + newline)
 
     def write_raw(self, data: bytes) -> None:
         _write_all(self.fd, data)

@@ -53,7 +53,8 @@ class BashCommandTool(Tool):
         "terminal with is_background=true; check on it (status_check), type into it "
         "(send_text, send_keys), or read its screen (screen). Waits up to wait_for_seconds "
         "(default 5, max 60) and returns as soon as the command ends; a command still running "
-        "then is status=running with its execution_id."
+        "then is status=running with its execution_id. A status_check answers at once unless "
+        "wait_for_seconds is given."
     )
     args_model = BashCommandArgs
     output_schema = BASH_COMMAND_OUTPUT
@@ -66,9 +67,14 @@ class BashCommandTool(Tool):
     ) -> types.CallToolResult:
         usage.wait_requested(args.wait_for_seconds)
         root, scope = session.scope(args.thread_id, args.workspace_root)
-        wait_s = DEFAULT_WAIT_MS / 1000 if args.wait_for_seconds is None else args.wait_for_seconds
-        call = _Call(session, root, scope, progress, wait_s)
         action = args.action_json
+        if args.wait_for_seconds is not None:
+            wait_s = args.wait_for_seconds
+        elif isinstance(action, StatusCheckAction):
+            wait_s = 0.0  # a check answers at once: waiting for the end is asked for by name
+        else:
+            wait_s = DEFAULT_WAIT_MS / 1000
+        call = _Call(session, root, scope, progress, wait_s)
         return await _ACTIONS[type(action)](call, action)
 
 

@@ -24,6 +24,7 @@ from tether.guardian.agents.providers import launch_plan, resume_argv
 from tether.guardian.agents.recognize import default_rule_sets, pick_recognizer
 from tether.guardian.agents.tree import Tree
 from tether.guardian.history.records import list_page
+from tether.guardian.runtime.caps import exhausted
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.terminal.keys import key_bytes
 from tether.protocol.envelope import Request
@@ -191,6 +192,7 @@ class AgentLifecycle:
                 raise TetherError(ErrorCode.NOT_FOUND, f"parent execution {parent!r} not found",
                                   {"input_sent": False})
         thread = self.scope.thread_for(params)
+        self.rt.caps.check(self.rt.live.running(thread["thread_id"]))  # before any record
         execution_id = self.rt.clock.new_id("ag")
         notify = params.notify_on_finish if params.notify_on_finish is not None else bool(parent)
         record = {
@@ -238,6 +240,10 @@ class AgentLifecycle:
                 execution_id, "error", reason=f"spawn_failed: {exc}",
                 fields={"status": "unknown", "exit_code": None, "reason": f"spawn_failed: {exc}",
                         "ended_unix_ms": now, "terminal_unix_ms": now}))
+            ran_out = exhausted(exc)
+            if ran_out is not None:
+                ran_out.data["execution_id"] = execution_id
+                raise ran_out from None
             raise TetherError(ErrorCode.SPAWN_FAILED, f"could not start {argv[0]!r}: {exc}",
                               {"input_sent": False, "execution_id": execution_id}) from None
         identity = live.runtime.identity
@@ -278,6 +284,7 @@ class AgentLifecycle:
                 {"input_sent": False, "agent_state": record["agent_state"]},
             )
         argv = resume_argv(record)
+        self.rt.caps.check(self.rt.live.running(record["thread_id"]))  # before it changes
         generation = int(record["generation"]) + 1
         self.apply(self.store.transition(
             execution_id, "initializing", reason="resumed",

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether.guardian.history.journal import Journal
 from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
@@ -103,7 +102,7 @@ class AgentRuntimes:
             thread_id=record["thread_id"],
             kind="agent",
             generation=generation,
-            journal=Journal(self._rt.paths.journals, execution_id),
+            journal=self._rt.live.journal_to_write(execution_id, new=False),
             runtime=runtime,
             screen=screen,
         )

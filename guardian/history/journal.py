@@ -3,10 +3,13 @@
 A journal is a short chain of segment files named ``<execution_id>.<base>.seg`` where
 ``base`` is the absolute offset of the segment's first byte. Appends go to the newest
 segment with one ``write`` (no buffering in this process, so a guardian crash loses nothing
-the child wrote). When the newest segment reaches the retention size a new one starts and
-segments wholly before the retention window are deleted, so the head is dropped in O(1)
-without ever rewriting retained bytes. The logical window is exactly the last ``retain``
-bytes; everything before ``start`` is a gap that readers report, never hide.
+the child wrote). The first segment takes the head (the first ``head`` bytes, 64 KiB) and
+is kept for the journal's life: where a long build log's first error usually is. Each later
+one takes ``retain`` bytes (the tail's size, 1 MiB); when the newest is full a new one
+starts and segments wholly before the tail's window are deleted, so the middle is dropped
+in O(1) without ever rewriting retained bytes. The logical window is exactly the head and
+the last ``retain`` bytes; everything between them is a gap that readers report, never
+hide (``shared.segments.Window``).
 
 Appending never raises: bytes the disk refuses (full, I/O error) are held in memory — at most
 the retention window of them — readable like the rest, and written by the next append or
@@ -18,10 +21,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tether.shared.segments import DEFAULT_RETAIN_BYTES, Figures, find_segments, segment_path
+from tether.shared.segments import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_RETAIN_BYTES,
+    Figures,
+    Window,
+    find_segments,
+    segment_capacity,
+    segment_path,
+    window,
+)
 from tether.shared.segments import Segment as _Segment
 
-__all__ = ["DEFAULT_RETAIN_BYTES", "Journal", "SpareFile"]
+__all__ = ["DEFAULT_HEAD_BYTES", "DEFAULT_RETAIN_BYTES", "Journal", "SpareFile"]
 
 
 class Journal:
@@ -29,17 +41,19 @@ class Journal:
 
     def __init__(
         self, directory: Path, execution_id: str, retain: int = DEFAULT_RETAIN_BYTES,
-        *, new: bool = False, figures: Figures | None = None,
+        *, head: int = DEFAULT_HEAD_BYTES, new: bool = False, figures: Figures | None = None,
     ) -> None:
-        """``new``: the execution was just created, so there is nothing on disk to find.
+        """``retain``: the tail kept (the last bytes); ``head``: the first bytes kept (0:
+        none). ``new``: the execution was just created, so there is nothing on disk to find.
         ``figures``: its record's ``(output_start, output_end)``, which say where its
         segments are; without them (or when they are not there) the whole journals
         directory is listed to find them: never on a command's path, nor a read's."""
         self.directory = directory
         self.execution_id = execution_id
         self.retain = retain
+        self.head = head
         self._segments: list[_Segment] = [] if new else find_segments(
-            directory, execution_id, figures, retain)
+            directory, execution_id, figures, retain, head)
         if not self._segments:
             self._segments.append(self._new_segment(0))
         self._fd: int | None = None
@@ -61,13 +75,28 @@ class Journal:
         return last.base + last.size
 
     @property
+    def window(self) -> Window:
+        """What is kept: the head, and the tail from :attr:`start` (held bytes included)."""
+        segments = self._segments
+        if self._held:  # the held bytes go on from the disk's end, or after a drop
+            segments = [*segments, _Segment(self._held_base, self._segments[-1].path,
+                                            len(self._held))]
+        return window(segments, self.retain, self.head)
+
+    @property
     def start(self) -> int:
-        """Absolute offset of the first retained byte (bytes before it were dropped)."""
-        return max(self._segments[0].base, self.end - self.retain)
+        """Absolute offset of the first retained byte after the gap (0: nothing dropped;
+        else the first ``head`` bytes are kept as well)."""
+        return self.window.start
 
     @property
     def retained(self) -> int:
-        return self.end - self.start
+        return self.window.retained
+
+    def resume(self, offset: int) -> tuple[int, int]:
+        """Where a read from ``offset`` goes on, and the dropped bytes it skips (the gap a
+        page reports): :meth:`Window.resume`."""
+        return self.window.resume(offset)
 
     @property
     def unwritten(self) -> int:
@@ -115,7 +144,7 @@ class Journal:
         try:
             while view:
                 last = self._segments[-1]
-                room = self.retain - last.size
+                room = segment_capacity(last.base, self.retain, self.head) - last.size
                 if room <= 0:
                     self._start_segment(self._disk_end)
                     continue
@@ -138,12 +167,13 @@ class Journal:
     def _start_segment(self, base: int) -> None:
         self.close()
         self._segments.append(self._new_segment(base))
-        # Keep only segments that still hold bytes inside the retention window.
+        # Keep the head's segment and the segments that still hold bytes of the tail.
         window_start = self.end - self.retain
-        while len(self._segments) > 1 and (
-            self._segments[0].base + self._segments[0].size <= window_start
+        oldest = 1 if self.head > 0 and self._segments[0].base == 0 else 0
+        while len(self._segments) > oldest + 1 and (
+            self._segments[oldest].base + self._segments[oldest].size <= window_start
         ):
-            dropped = self._segments.pop(0)
+            dropped = self._segments.pop(oldest)
             dropped.path.unlink(missing_ok=True)
 
     def open(self, spare: SpareFile | None = None) -> None:
@@ -166,9 +196,12 @@ class Journal:
     # -- reading ---------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` retained bytes from absolute ``offset`` (clamped to the window)."""
-        offset = max(offset, self.start)
-        stop = min(self.end, offset + max_bytes)
+        """Up to ``max_bytes`` retained bytes from absolute ``offset`` (moved past a gap it
+        falls in, as :meth:`resume` says), never across a gap: a read in the head stops at
+        its end, so the bytes returned are exactly those from the offset on."""
+        kept = self.window
+        offset = kept.resume(offset)[0]
+        stop = min(kept.run_end(offset), offset + max_bytes)
         chunks: list[bytes] = []
         for seg in self._segments:
             seg_end = seg.base + seg.size

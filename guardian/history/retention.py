@@ -29,7 +29,7 @@ from typing import Any
 from tether.protocol.limits import RECORD_TTL_MS, THREAD_MAX_BYTES, THREAD_MAX_RECORDS
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
-from tether.shared.segments import delete_segments
+from tether.shared.segments import OutputSizes, delete_segments, retained_bytes
 from tether.shared.store.catalog import Catalog
 from tether.shared.store.rows import TERMINAL_STATUSES
 from tether.shared.store.store_errors import StoreError
@@ -57,12 +57,15 @@ class Retention:
 
     def __init__(
         self, catalog: Catalog, paths: GuardianPaths, clock: Clock,
-        limits: RetentionLimits | None = None,
+        limits: RetentionLimits | None = None, *, sizes: OutputSizes | None = None,
     ) -> None:
+        """``sizes``: how much of each execution's output its journal keeps (where its
+        segments are, and what a record's figures weigh)."""
         self.catalog = catalog
         self.paths = paths
         self.clock = clock
         self.limits = limits or RetentionLimits()
+        self.sizes = sizes or OutputSizes()
         self._soon: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._pruned_at: dict[str, float] = {}  # thread id -> clock.monotonic() of its last prune
@@ -151,7 +154,8 @@ class Retention:
         kept = [r for r in rows if not (evictable(r) and expired(r))]
 
         def size(row: Mapping[str, Any]) -> int:
-            return int(row["output_end"]) - int(row["output_start"]) + int(row["screen_bytes"])
+            figures = int(row["output_start"]), int(row["output_end"])
+            return retained_bytes(figures, self.sizes.head) + int(row["screen_bytes"])
 
         total = sum(size(row) for row in kept)
         for row in list(kept):  # oldest first
@@ -182,5 +186,5 @@ class Retention:
         if victims:
             delete_segments(self.paths.journals, {
                 str(row["execution_id"]): (int(row["output_start"]), int(row["output_end"]))
-                for row in victims})
+                for row in victims}, self.sizes.tail, self.sizes.head)
             self.catalog.delete_executions([str(row["execution_id"]) for row in victims])

@@ -26,6 +26,7 @@ from tether.guardian.history.reconcile import reconcile_lost
 from tether.guardian.rpc.memory import QuietTrimmer
 from tether.guardian.rpc.service import GuardianService
 from tether.guardian.runtime.assembly import Runtime
+from tether.guardian.runtime.caps import RunningCaps
 from tether.guardian.runtime.threads import GUARDIAN_IDLE_EXIT, GUARDIAN_STOPPED, process_env
 from tether.protocol.transport import RouterServer
 from tether.protocol.versions import Capability, Version, capabilities_for, current_version
@@ -33,6 +34,7 @@ from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, guardian_paths, write_private_file
+from tether.shared.segments import OutputSizes
 from tether.shared.store.catalog import Catalog
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,10 @@ class Guardian:
             clock=self.clock,
             base_env=process_env(),
             mode_sandbox=Capability.MODE_SANDBOX in self.capabilities,
+            caps=RunningCaps(per_thread=self.config.max_running_per_thread,
+                             per_guardian=self.config.max_running_per_guardian),
+            sizes=OutputSizes(head=self.config.output_head_bytes,
+                              tail=self.config.output_tail_bytes),
         )
         # Records that expired while no guardian ran go without waiting for a request (the
         # sweep runs in batches on the loop once it serves).

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tether.guardian.history.journal import SpareFile
 from tether.guardian.history.retention import Retention
+from tether.guardian.runtime.caps import RunningCaps
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.inputs import InputDesk
 from tether.guardian.runtime.launch import Launcher
@@ -22,6 +23,7 @@ from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import GUARDIAN_STOPPED, Threads
 from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
+from tether.shared.segments import OutputSizes
 from tether.shared.store.catalog import Catalog
 
 
@@ -44,6 +46,8 @@ class Runtime:
     #: The next journal's file, made ahead: the launcher gives it to a new main-shell
     #: command's journal, the finisher makes the next one after that command's reply.
     spare: SpareFile
+    #: How many background commands and managed agents may run at once.
+    caps: RunningCaps
 
     @classmethod
     def build(
@@ -57,31 +61,34 @@ class Runtime:
         clock: Clock,
         base_env: dict[str, str],
         mode_sandbox: bool = True,
+        caps: RunningCaps | None = None,
+        sizes: OutputSizes | None = None,
     ) -> Runtime:
+        caps = caps or RunningCaps()
         scope = Scope(catalog, principal=principal, workspace_root=workspace_root)
         notifier = ChangeNotifier()
         # Waiters want persisted changes: whichever commit writes a staged end wakes them.
         catalog.on_staged_written = notifier.notify
-        live = LiveTable(paths.journals, catalog.output_figures)
-        retention = Retention(catalog, paths, clock)
+        live = LiveTable(paths.journals, catalog.output_figures, sizes)
+        retention = Retention(catalog, paths, clock, sizes=live.sizes)
         spare = SpareFile(paths.journals)
         spare.refill()
         finisher = Finisher(catalog=catalog, clock=clock, live=live, notifier=notifier,
                             spare=spare)
         threads = Threads(scope=scope, catalog=catalog, paths=paths, clock=clock,
                           finisher=finisher, notifier=notifier, base_env=base_env,
-                          mode_sandbox=mode_sandbox)
+                          mode_sandbox=mode_sandbox, caps=caps)
         launcher = Launcher(scope=scope, catalog=catalog, paths=paths, clock=clock,
                             instance_id=instance_id, live=live, threads=threads,
                             finisher=finisher, notifier=notifier, retention=retention,
-                            spare=spare)
+                            spare=spare, caps=caps)
         return cls(
             catalog=catalog, paths=paths, clock=clock, scope=scope, notifier=notifier,
             live=live, retention=retention, finisher=finisher, threads=threads,
             launcher=launcher, inputs=InputDesk(scope=scope, live=live, threads=threads),
             results=Results(scope=scope, catalog=catalog, live=live, threads=threads,
                             notifier=notifier),
-            spare=spare,
+            spare=spare, caps=caps,
         )
 
     def has_running_work(self) -> bool:

@@ -1,8 +1,9 @@
 """Starting executions: a command typed into the main shell, or a background ``bash -c``.
 
 A command is accepted in a fixed order: limits, scope, shell ready and idle, record inserted
-(``running``), then its bytes delivered exactly once. A background command gets its own PTY;
-its exit goes straight to the finisher.
+(``running``), then its bytes delivered exactly once. A background command gets its own PTY,
+once the caps on running executions allow it (``caps``); its exit goes straight to the
+finisher. One whose program could not start leaves no record: nothing ran.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tether.guardian.history.journal import Journal, SpareFile
+from tether.guardian.history.journal import SpareFile
 from tether.guardian.history.retention import Retention
 from tether.guardian.runtime import sandbox
+from tether.guardian.runtime.caps import RunningCaps, exhausted
 from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.inputs import deliver, stale_generation
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
-from tether.guardian.runtime.pty import PtyRuntime, job_argv
+from tether.guardian.runtime.pty import NotStarted, PtyRuntime, job_argv
 from tether.guardian.runtime.recovery import recovery_advice
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.threads import Threads
@@ -31,6 +33,7 @@ from tether.shared.clock import Clock
 from tether.shared.paths import GuardianPaths
 from tether.shared.store.catalog import Catalog
 from tether.shared.store.rows import ThreadRow
+from tether.shared.store.store_errors import StoreError
 
 #: How long a new shell may take to show its first prompt before a command is refused.
 SHELL_READY_TIMEOUT_S = 10.0
@@ -53,6 +56,7 @@ class Launcher:
         notifier: ChangeNotifier,
         retention: Retention,
         spare: SpareFile,
+        caps: RunningCaps,
     ) -> None:
         self._scope = scope
         self._catalog = catalog
@@ -65,6 +69,7 @@ class Launcher:
         self._notifier = notifier
         self._retention = retention
         self._spare = spare
+        self._caps = caps
 
     async def start(
         self, params: ExecStartParams, *, write_timeout_s: float,
@@ -125,6 +130,7 @@ class Launcher:
     async def _start_background(
         self, thread: ThreadRow, params: ExecStartParams, claim: Callable[[], None],
     ) -> dict[str, Any]:
+        self._caps.check(self._live.running(thread["thread_id"]))
         cwd = self._threads.cwd(thread["thread_id"], thread["cwd"])
         execution_id = self._clock.new_id("ex")
         # The runtime's callbacks need the LiveExecution, which needs the runtime.
@@ -161,15 +167,33 @@ class Launcher:
         holder.append(live)
         try:
             identity = runtime.start()
-        except OSError as exc:
+        except NotStarted as exc:
+            self._discard(live, exc)
+            raise exhausted(exc) or TetherError(
+                ErrorCode.SPAWN_FAILED, f"could not start the command: {exc}; nothing was "
+                "started", {"input_sent": False}) from None
+        except OSError as exc:  # it ran a moment, and was killed: its end is unknown
             self._finisher.finish(live, None, reason=f"spawn_failed: {exc}", status="unknown")
-            raise TetherError(
-                ErrorCode.INTERNAL, f"could not start the command: {exc}", {"input_sent": False}
-            ) from None
+            raise exhausted(exc, started=True) or TetherError(
+                ErrorCode.SPAWN_FAILED, f"could not watch the command, so it was killed: {exc}",
+                {"input_sent": "unknown", "execution_id": execution_id}) from None
         self._catalog.update_execution(
             execution_id, runtime={**identity.to_dict(), "guardian_instance_id": self._instance_id}
         )
         return {"execution_id": execution_id, "input_sent": True}
+
+    def _discard(self, live: LiveExecution, exc: OSError) -> None:
+        """Forget an execution whose program never started: its record goes, so it takes no
+        retention slot and no listing shows a run that did not happen. Should the disk
+        refuse that, it ends ``unknown`` with the reason, as an end nobody saw."""
+        try:
+            self._catalog.delete_executions([live.execution_id])
+        except (StoreError, OSError):
+            self._finisher.finish(live, None, reason=f"spawn_failed: {exc}", status="unknown")
+            return
+        self._live.remove(live.execution_id)
+        live.journal.close()
+        live.runtime.close()
 
     def _new_execution(
         self,
@@ -214,7 +238,7 @@ class Launcher:
             thread_id=thread["thread_id"],
             kind=kind,
             generation=generation,
-            journal=Journal(self._journals, execution_id, new=True),
+            journal=self._live.journal_to_write(execution_id, new=True),
             runtime=runtime,
             screen=screen,
             inserted_record=inserted,

@@ -13,7 +13,7 @@ from tether.guardian.history.journal import Journal
 from tether.guardian.history.records import list_view, record_view
 from tether.guardian.runtime.pty import PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
-from tether.shared.segments import Figures
+from tether.shared.segments import Figures, OutputSizes
 
 
 @dataclass(eq=False)
@@ -50,23 +50,50 @@ class LiveExecution:
         self.activity_seq += 1
 
 
+#: Kinds of execution with a terminal and a process of their own: what the caps on running
+#: executions count (a command typed into a main shell runs in the shell's terminal).
+OWN_RUNTIME_KINDS = frozenset({"background", "agent"})
+
+
 class LiveTable:
     """The executions running in this guardian, by id. Only starting and finishing change it."""
 
     def __init__(
         self, journals: Path, figures: Callable[[str], Figures | None] | None = None,
+        sizes: OutputSizes | None = None,
     ) -> None:
         """``figures``: a record's output figures by execution id (the catalog's), which
-        find an ended execution's journal without listing the journals directory."""
+        find an ended execution's journal without listing the journals directory.
+        ``sizes``: how much of each execution's output its journal keeps."""
         self._journals = journals
         self._figures = figures
+        self.sizes = sizes or OutputSizes()
         self._live: dict[str, LiveExecution] = {}
+        # Executions of OWN_RUNTIME_KINDS per thread, and in all: counted as they come and
+        # go, so a start's check of the caps costs no walk of the table.
+        self._own: dict[str, int] = {}
+        self._own_total = 0
 
     def add(self, live: LiveExecution) -> None:
+        self.remove(live.execution_id)  # a resumed agent's new runtime replaces its old one
         self._live[live.execution_id] = live
+        if live.kind in OWN_RUNTIME_KINDS:
+            self._own[live.thread_id] = self._own.get(live.thread_id, 0) + 1
+            self._own_total += 1
 
     def remove(self, execution_id: str) -> None:
-        self._live.pop(execution_id, None)
+        live = self._live.pop(execution_id, None)
+        if live is not None and live.kind in OWN_RUNTIME_KINDS:
+            left = self._own[live.thread_id] - 1
+            if left:
+                self._own[live.thread_id] = left
+            else:
+                del self._own[live.thread_id]
+            self._own_total -= 1
+
+    def running(self, thread_id: str) -> tuple[int, int]:
+        """Background commands and managed agents running: ``(in this thread, in all)``."""
+        return self._own.get(thread_id, 0), self._own_total
 
     def get(self, execution_id: str) -> LiveExecution | None:
         return self._live.get(execution_id)
@@ -91,7 +118,14 @@ class LiveTable:
         if live is not None:
             return live.journal
         figures = self._figures(execution_id) if self._figures is not None else None
-        return Journal(self._journals, execution_id, figures=figures)
+        return Journal(self._journals, execution_id, self.sizes.tail, head=self.sizes.head,
+                       figures=figures)
+
+    def journal_to_write(self, execution_id: str, *, new: bool) -> Journal:
+        """The journal a starting execution appends to: a new one, or (``new`` false: a
+        resumed agent's next generation) the one it has, found on disk."""
+        return Journal(self._journals, execution_id, self.sizes.tail, head=self.sizes.head,
+                       new=new)
 
     def view(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record as clients see it, with live output figures if it still runs."""

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+from typing import Any
 
 from tether.guardian.history.records import output_tail, record_view
+from tether.guardian.runtime import kernel
 from tether.guardian.runtime.live import LiveExecution, LiveTable
 from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.scope import Scope
@@ -61,14 +64,30 @@ class Results:
         assert record is not None
         holder = live or was_live
         journal = holder.journal if holder is not None else self._live.journal(execution_id)
-        shell = self._threads.shell(record["thread_id"])
-        if shell is not None:
-            cwd = shell.cwd
-        else:  # no shell of this thread here: the cwd it last had
-            thread = self._catalog.get_thread(record["thread_id"])
-            cwd = str(thread["cwd"] if thread else record["cwd"])
-        wire = {"execution": record_view(record, live), "output": output_tail(journal), "cwd": cwd}
+        wire = {"execution": record_view(record, live), "output": output_tail(journal),
+                "cwd": self._cwd(record, live)}
         return ExecResult.built(wire) if sent else ExecResult.model_validate(wire)
+
+    def _cwd(self, record: dict[str, Any], live: LiveExecution | None) -> str:
+        """The directory the execution is in. A command typed into the main shell: the
+        shell's (the command may have moved it). A background command or an agent runs in a
+        terminal of its own, wherever the main shell has gone since (a status check of a
+        server started in A, after ``cd B`` in the main shell, said B): while it runs, the
+        directory of the process in front of its terminal, from the kernel; after, where
+        it ran (its record's)."""
+        if record["kind"] == "command":
+            shell = self._threads.shell(record["thread_id"])
+            if shell is not None:
+                return shell.cwd
+            thread = self._catalog.get_thread(record["thread_id"])  # no shell here: its last
+            return str(thread["cwd"] if thread else record["cwd"])
+        fd = live.runtime.fd if live is not None else None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                found = kernel.cwd_of(os.tcgetpgrp(fd))  # the job's group: its leader's pid
+                if found is not None:
+                    return found
+        return str(record["cwd"])
 
     async def wait(self, execution_id: str, timeout_s: float) -> ExecResult:
         """Wait until the execution ends or ``timeout_s`` passes, then report it (a reply

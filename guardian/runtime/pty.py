@@ -82,6 +82,11 @@ def job_argv(command: str) -> list[str]:
     return ["bash", "-c", _JOB_WRAPPER, "tether-job", "bash", "-c", command]
 
 
+class NotStarted(OSError):
+    """:meth:`PtyRuntime.start` failed before the program ran (no terminal, no descriptor
+    for the fork, no such program): nothing of it ran, and nothing is left to clean up."""
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -141,22 +146,42 @@ class PtyRuntime:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> ProcessIdentity:
-        """Spawn the child and start watching its output and its exit."""
+        """Spawn the child and start watching its output and its exit.
+
+        Raises :class:`NotStarted` when the program did not run (ptyprocess reports a failed
+        fork or exec before it returns), any other OSError when it ran but could not be
+        watched (no descriptor left for its pidfd): it is killed then, never left unwatched.
+        """
         loop = asyncio.get_running_loop()
         self._loop = loop
-        proc = PtyProcess.spawn(
-            self.argv, cwd=self._cwd, env=self._env, dimensions=(self.rows, self.cols)
-        )
+        try:
+            proc = PtyProcess.spawn(
+                self.argv, cwd=self._cwd, env=self._env, dimensions=(self.rows, self.cols)
+            )
+        except OSError as exc:
+            raise (NotStarted(exc.errno, exc.strerror) if exc.errno is not None
+                   else NotStarted(str(exc))) from exc
         self._proc = proc
-        os.set_blocking(proc.fd, False)
-        identity = ProcessIdentity.of(proc.pid)
-        if identity is None:  # exited before we could look: still a real, finished process
-            identity = ProcessIdentity(proc.pid, 0.0, boot_id())
-        self.identity = identity
-        loop.add_reader(proc.fd, self._read_available)
-        self._pidfd = os.pidfd_open(proc.pid)
-        loop.add_reader(self._pidfd, self._child_exited)
+        try:
+            os.set_blocking(proc.fd, False)
+            identity = ProcessIdentity.of(proc.pid)
+            if identity is None:  # exited before we could look: still a real, finished process
+                identity = ProcessIdentity(proc.pid, 0.0, boot_id())
+            self.identity = identity
+            loop.add_reader(proc.fd, self._read_available)
+            self._pidfd = os.pidfd_open(proc.pid)
+            loop.add_reader(self._pidfd, self._child_exited)
+        except BaseException:
+            self._abandon(proc)
+            raise
         return identity
+
+    def _abandon(self, proc: PtyProcess) -> None:
+        """Kill and reap a child that cannot be watched, and release its terminal."""
+        kernel.signal_all({proc.pid, *kernel.session_members(proc.pid)}, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            proc.wait()  # reaps (SIGKILL cannot be ignored: at once)
+        self.close()
 
     @property
     def fd(self) -> int | None:

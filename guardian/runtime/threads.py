@@ -22,10 +22,11 @@ import shutil
 from typing import Any
 
 from tether.guardian.runtime import git_guard, kernel, sandbox
+from tether.guardian.runtime.caps import RunningCaps, exhausted
 from tether.guardian.runtime.finish import Finisher
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.notify import ChangeNotifier
-from tether.guardian.runtime.pty import ExitStatus
+from tether.guardian.runtime.pty import ExitStatus, NotStarted
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.shell import MainShell
 from tether.protocol.errors import ErrorCode, TetherError
@@ -86,8 +87,10 @@ class Threads:
         notifier: ChangeNotifier,
         base_env: dict[str, str],
         mode_sandbox: bool = True,
+        caps: RunningCaps | None = None,
     ) -> None:
         self._scope = scope
+        self._caps = caps or RunningCaps()
         self._catalog = catalog
         self._paths = paths
         self._clock = clock
@@ -159,6 +162,9 @@ class Threads:
                    for pid in kernel.processes_marked("TETHER_THREAD_ID", thread_id,
                                                       unless="TETHER_EXECUTION_ID")
                    ] if replacing else []
+        # A shell holds a terminal and descriptors like a job does: none is started when the
+        # guardian is short of descriptors (it keeps a few to answer with).
+        self._caps.check_descriptors()
         generation = int(thread["generation"]) + (1 if thread["shell_execution_id"] else 0)
         sandboxed = self.sandboxed(thread["thread_id"])
         # A directory removed since is not where anyone expects to be: the workspace is.
@@ -175,7 +181,10 @@ class Threads:
             listener=self,
             sandboxed=sandboxed,
         )
-        shell.start()
+        try:
+            shell.start()
+        except NotStarted as exc:
+            raise exhausted(exc) or exc from None
         self._shells[thread["thread_id"]] = shell
         # shell_execution_id marks "a shell has run": the next start is a new generation.
         self._catalog.update_thread(

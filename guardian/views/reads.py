@@ -94,8 +94,7 @@ class History:
     ) -> dict[str, Any]:
         journal = self._live.journal(record["execution_id"])
         offset = int(state.get("o", 0))  # no cursor: from the stream's very first byte
-        gap = max(0, journal.start - offset)
-        offset = max(offset, journal.start)
+        offset, gap = journal.resume(offset)  # past the bytes retention dropped, if in them
         raw = journal.read(offset, page_bytes)
         written_after = offset + len(raw) < journal.end
         if written_after:

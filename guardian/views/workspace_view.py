@@ -157,8 +157,7 @@ class PersonDesk:
                    and loop.time() < linger):
                 seen = self._notifier.seq
                 await self._notifier.wait(linger - loop.time(), output=True, since=seen)
-        gap = max(0, journal.start - offset)
-        offset = max(offset, journal.start)
+        offset, gap = journal.resume(offset)  # past the bytes retention dropped, if in them
         data = journal.read(offset, params.max_bytes)
         still_live = self._live.get(params.execution_id)
         if still_live is None:  # it may have ended while we waited: the status changed
