@@ -207,8 +207,10 @@ def replay(raw: bytes) -> tuple[str, str]:
 _RUN_DIR = re.compile(r"(?:/[^\s/]+)*/runs/\d{8}-\d{6}")  # the run's directory, in paths
 _IDS = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\bses_\w+")
 _CLOCK = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?(?![\w:])")
-# Logo art (Claude Code's mascot, OpenCode's banner) is drawn in block elements.
-_ART = re.compile(r"[\u2580-\u259f]+")
+# Logo art (Claude Code's mascot, OpenCode's banner) is drawn in block elements, and moves:
+# the mascot lifts a foot ("▝▝   ▝▝" or "▝▝     "), so a stretch of them and the spaces
+# between them is one piece of art.
+_ART = re.compile(r"[\u2580-\u259f](?:[\u2580-\u259f ]*[\u2580-\u259f])?")
 # Claude Code's turn summary picks a random verb ("✻ Baked for 3s", "✻ Sautéed for 1m 2s") ...
 _SPINNER_VERB = re.compile(r"^(\W*)\w+( for \d)")
 # ... and so does its working line, behind a spinner glyph that turns ("· Harmonizing… (3s").
@@ -219,8 +221,10 @@ _BLINK = re.compile(r"^[●•◦](?= )")
 # example at random (Ask anything… "Fix broken tests").
 _PROGRESS = re.compile(r"[⬝■▪▫◼◻]{3,}")
 _EXAMPLE = re.compile(r"(Ask anything… )\"[^\"]*\"")
-# Hints a program shows some runs and not others ("← for agents" comes and goes).
+# Hints a program shows some runs and not others ("← for agents" comes and goes), and tips
+# picked from a list ("⎿  Tip: Use /memory to ...").
 _HINTS = re.compile(r"\s*·?\s*← for agents\s*·?")
+_TIP = re.compile(r"(\bTip: ).*")
 # The scripted model's slow answer grows a dot a second: how many is a matter of timing.
 _DOTS = re.compile(r"\.{3,}")
 _NUMBERS = re.compile(r"\d+")
@@ -230,15 +234,15 @@ _SPACES = re.compile(r"[ \t]{2,}")
 def screen_key(text: str) -> str:
     """What makes a screen new: its text without what changes from run to run by itself —
     the run directory in paths, session ids, clocks, counters, timers and version numbers,
-    logo art, spinner glyphs and verbs, blinking bullets, progress bars, random examples and
-    hints, and the padding that shifts with them."""
+    logo art, spinner glyphs and verbs, blinking bullets, progress bars, random examples,
+    hints and tips, and the padding that shifts with them."""
     text = _IDS.sub("<id>", _RUN_DIR.sub("<run>", text))
     lines = []
     for line in text.splitlines():
         line = _SPINNER.sub(r"\1<spinner>…", _SPINNER_VERB.sub(r"\1<verb>\2", line))
         line = _BLINK.sub(" ", _CLOCK.sub("<time>", line))
         line = _PROGRESS.sub("<progress>", _EXAMPLE.sub(r'\1"<example>"', line))
-        line = _HINTS.sub(" ", _DOTS.sub("...", _ART.sub("<art>", line)))
+        line = _HINTS.sub(" ", _DOTS.sub("...", _ART.sub("<art>", _TIP.sub(r"\1<tip>", line))))
         lines.append(_SPACES.sub(" ", _NUMBERS.sub("0", line)).strip())
     return "\n".join(lines).strip("\n")
 
