@@ -612,7 +612,7 @@ def last_request(log: Path, marker: str, since: float) -> dict[str, Any] | None:
 
 def typed(entry: dict[str, Any] | None, marker: str) -> list[str]:
     """The parts of a request's latest user message that carry ``marker``, as typed."""
-    return [part for part in (entry or {}).get("user_text") or [] if marker in part]
+    return [part for part in (entry or {}).get("user_parts") or [] if marker in part]
 
 
 async def until(probe: Callable[[], Any], timeout: float, every: float = 0.1) -> Any:

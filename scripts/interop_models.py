@@ -20,7 +20,7 @@ every turn:
 - a tool result (approved or denied) or anything else: a short text answer.
 
 Every request is appended to a JSON-lines log (``--log``) with the marker it carried and the
-text the user typed (``user_text``: the parts of the latest user message, tool results and
+text the user typed (``user_parts``: the parts of the latest user message, tool results and
 the program's own ``<system-reminder>``-style wrappers left out), so the driver can count how
 many times a prompt reached the model (a prompt delivered once reaches it once) and compare
 what arrived with what it sent, exactly.
@@ -199,7 +199,7 @@ class Models:
                tether_tools: dict[str, Any]) -> None:
         entry = {"t": time.time(), "path": path, "model": body.get("model"),
                  "markers": sorted(set(MARKER.findall(_last_user_text(items)))),
-                 "user_text": _last_user_parts(items),
+                 "user_parts": _last_user_parts(items),
                  "tool_result": _last_is_tool_result(items), "decision": decision[0],
                  "value": decision[1][:200], "tools": len(body.get("tools") or [])}
         if tether_tools:
