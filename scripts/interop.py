@@ -438,8 +438,24 @@ async def prompt_once(t: Tether, rec: Recorder, eid: str, log: Path, text: str, 
     report.check(reached == 1, f"{marker} reached the model {reached} times, expected once")
 
 
-async def clear_draft(t: Tether, eid: str, draft: str) -> None:
+async def clear_draft(t: Tether, eid: str, draft: str, timeout: float = 5.0) -> None:
+    """Backspace over ``draft`` and wait until the box shows it gone (one copy fewer on the
+    screen) or, where that cannot be told (the text also stands in the history above, or
+    the box held nothing), until the screen has stood still for a second. A prompt sent
+    while the program is still erasing would meet a draft (``input_not_empty``)."""
+    before = ((await t.screen(eid)).get("text") or "").count(draft)
     await t.keys(eid, *(["Backspace"] * len(draft)))
+    deadline = time.monotonic() + timeout
+    last, still = "", 0
+    while time.monotonic() < deadline:
+        text = (await t.screen(eid)).get("text") or ""
+        if text.count(draft) < before:
+            return
+        still = still + 1 if text == last else 0
+        if still >= 4:
+            return
+        last = text
+        await asyncio.sleep(0.25)
 
 
 # -- the programs inside Tether ---------------------------------------------------------------
