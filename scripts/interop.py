@@ -15,7 +15,13 @@ a cache outside the checkout, against the scripted model APIs of ``interop_model
    (``Agent.get``) must follow the recognition, and a screen not yet among the fixtures is
    saved: ``tests/fixtures/agents/<program>-<version>/NN_name.ansi`` (every byte the program
    wrote, from its start) with ``NN_name.json`` (the expected state, attention and rule) and
-   ``NN_name.txt`` (the screen, for review).
+   ``NN_name.txt`` (the screen, for review). A screen is new when its key is
+   (``screen_key``: the text without what changes from run to run by itself), so a run over
+   unchanged programs adds no file. Then a fresh agent of the program takes three checks of
+   turns (``turn_checks``; their screens are not saved): a cursor, a prompt not waited for
+   and a fast turn, then a wait after the cursor reports the turn; a prompt sent with
+   ``timeout_seconds: 0`` whose turn ended, then ``wait {prompt_id}`` is reached at once;
+   cancel, then a prompt with ``replace_draft`` reaches the model exactly as sent.
 2. *As Tether's MCP client*: ``claude -p --mcp-config``, ``codex exec`` and ``opencode run``
    with Tether configured as an MCP server; the scripted model makes the client call
    ``Initialize`` and a ``BashCommand`` and checks the output came back. The tool schemas the
