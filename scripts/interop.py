@@ -650,14 +650,16 @@ async def until(probe: Callable[[], Any], timeout: float, every: float = 0.1) ->
 
 
 async def turn_done(t: Tether, eid: str, screens: TurnScreens, answer: str,
-                    timeout: float = 25.0) -> bool:
+                    timeout: float = 25.0) -> str | None:
     """The turn that gives ``answer`` has ended, judged from the screen alone (the driver's
     ground truth; no recognition is asked, so nothing a check waits for is nudged): the
-    answer shown, the program waiting for input and not working, twice in a row."""
+    answer shown, the program waiting for input and not working, twice in a row. ``None``
+    when it has; else the last screen, for the failure."""
     last = ""
+    text = ""
 
     async def probe() -> bool:
-        nonlocal last
+        nonlocal last, text
         text = (await t.screen(eid)).get("text") or ""
         done = (answer in text and re.search(screens.idle, text, re.MULTILINE) is not None
                 and re.search(screens.busy, text) is None)
@@ -665,7 +667,7 @@ async def turn_done(t: Tether, eid: str, screens: TurnScreens, answer: str,
         last = text if done else ""
         return settled
 
-    return bool(await until(probe, timeout, every=0.2))
+    return None if await until(probe, timeout, every=0.2) else text
 
 
 def error_text(reply: dict[str, Any]) -> str:
@@ -686,6 +688,16 @@ async def turn_checks(t: Tether, env: Env, rec: Recorder, eid: str, screens: Tur
     report = rec.report
     if not await until(lambda: _screen_matches(t, eid, screens.idle), 40):
         report.check(False, "turn checks: the fresh agent never showed its input box")
+        return
+    # A first turn to warm up: OpenCode's first request after a start can take half a minute
+    # (seen: 33 s), which would make the checks' turns slow, not fast.
+    marker = f"TETHER-WARM-{secrets.token_hex(3)}"
+    sent = await t.agent("prompt", target=eid, prompt_id=f"warm-{secrets.token_hex(3)}",
+                         text=f"say hi {marker}", timeout_seconds=0)
+    screen = await turn_done(t, eid, screens, f"Received {marker}", timeout=90)
+    if not report.check(sent.get("ok") is True and screen is None,
+                        f"turn checks: the warm-up turn never ended ({error_text(sent)}); "
+                        f"last screen:\n{screen}"):
         return
     await cursor_then_fast_turn(t, env, rec, eid, screens)
     await receipt_without_waiting(t, env, rec, eid, screens)
@@ -716,8 +728,9 @@ async def cursor_then_fast_turn(t: Tether, env: Env, rec: Recorder, eid: str,
                          text=f"say hi {marker}", timeout_seconds=0)
     if not rec.report.check(sent.get("ok") is True, f"{what}: prompt refused ({error_text(sent)})"):
         return
-    if not rec.report.check(await turn_done(t, eid, screens, f"Received {marker}"),
-                            f"{what}: the fast turn never ended on screen"):
+    screen = await turn_done(t, eid, screens, f"Received {marker}")
+    if not rec.report.check(screen is None, f"{what}: the fast turn never ended on screen; "
+                                            f"last screen:\n{screen}"):
         return
     started = time.monotonic()
     waited = await t.agent("wait", target=eid, after=cursor, events=events,
@@ -742,8 +755,9 @@ async def receipt_without_waiting(t: Tether, env: Env, rec: Recorder, eid: str,
                          timeout_seconds=0)
     if not rec.report.check(sent.get("ok") is True, f"{what}: prompt refused ({error_text(sent)})"):
         return
-    if not rec.report.check(await turn_done(t, eid, screens, f"Received {marker}"),
-                            f"{what}: the turn never ended on screen"):
+    screen = await turn_done(t, eid, screens, f"Received {marker}")
+    if not rec.report.check(screen is None, f"{what}: the turn never ended on screen; "
+                                            f"last screen:\n{screen}"):
         return
     started = time.monotonic()
     waited = await t.agent("wait", target=eid, prompt_id=prompt_id, timeout_seconds=RECEIPT_WAIT_S)
