@@ -755,6 +755,9 @@ async def receipt_without_waiting(t: Tether, env: Env, rec: Recorder, eid: str,
                          timeout_seconds=0)
     if not rec.report.check(sent.get("ok") is True, f"{what}: prompt refused ({error_text(sent)})"):
         return
+    # What the prompt's own reply saw: a Tether that looks once after typing may already
+    # have caught the turn busy, and then the wait below is easy; the line says which it was.
+    first = (sent.get("data") or {}).get("receipt") or {}
     screen = await turn_done(t, eid, screens, f"Received {marker}")
     if not rec.report.check(screen is None, f"{what}: the turn never ended on screen; "
                                             f"last screen:\n{screen}"):
@@ -764,7 +767,8 @@ async def receipt_without_waiting(t: Tether, env: Env, rec: Recorder, eid: str,
     took = time.monotonic() - started
     receipt = (waited.get("data") or {}).get("receipt") or {}
     rec.report.receipts.append(
-        f"{what}: delivered={receipt.get('delivered')} "
+        f"{what}: (prompt reply: activity_observed={first.get('activity_observed')}) "
+        f"delivered={receipt.get('delivered')} "
         f"activity_observed={receipt.get('activity_observed')} "
         f"wait_reached={receipt.get('wait_reached')} in {took:.2f}s")
     if not rec.report.check(waited.get("ok") is True, f"{what}: {error_text(waited)}"):
