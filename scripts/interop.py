@@ -15,7 +15,13 @@ a cache outside the checkout, against the scripted model APIs of ``interop_model
    (``Agent.get``) must follow the recognition, and a screen not yet among the fixtures is
    saved: ``tests/fixtures/agents/<program>-<version>/NN_name.ansi`` (every byte the program
    wrote, from its start) with ``NN_name.json`` (the expected state, attention and rule) and
-   ``NN_name.txt`` (the screen, for review).
+   ``NN_name.txt`` (the screen, for review). A screen is new when its key is
+   (``screen_key``: the text without what changes from run to run by itself), so a run over
+   unchanged programs adds no file. Then a fresh agent of the program takes three checks of
+   turns (``turn_checks``; their screens are not saved): a cursor, a prompt not waited for
+   and a fast turn, then a wait after the cursor reports the turn; a prompt sent with
+   ``timeout_seconds: 0`` whose turn ended, then ``wait {prompt_id}`` is reached at once;
+   cancel, then a prompt with ``replace_draft`` reaches the model exactly as sent.
 2. *As Tether's MCP client*: ``claude -p --mcp-config``, ``codex exec`` and ``opencode run``
    with Tether configured as an MCP server; the scripted model makes the client call
    ``Initialize`` and a ``BashCommand`` and checks the output came back. The tool schemas the
@@ -202,19 +208,49 @@ def replay(raw: bytes) -> tuple[str, str]:
 # -- checkpoints: label, compare, save ------------------------------------------------------
 
 
-_RUN_STAMP = re.compile(r"runs/\d{8}-\d{6}")
+# What changes on a screen from one run to the next by itself, over the same program doing the
+# same thing: a screen differing from a saved one only in these is not new (no fixture added).
+_RUN_DIR = re.compile(r"(?:/[^\s/]+)*/runs/\d{8}-\d{6}")  # the run's directory, in paths
 _IDS = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\bses_\w+")
-# Claude Code's turn summary picks a random verb ("✻ Baked for 3s", "✻ Sautéed for 1m 2s").
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?(?![\w:])")
+# Logo art (Claude Code's mascot, OpenCode's banner) is drawn in block elements, and moves:
+# the mascot lifts a foot ("▝▝   ▝▝" or "▝▝     "), so a stretch of them and the spaces
+# between them is one piece of art.
+_ART = re.compile(r"[\u2580-\u259f](?:[\u2580-\u259f ]*[\u2580-\u259f])?")
+# Claude Code's turn summary picks a random verb ("✻ Baked for 3s", "✻ Sautéed for 1m 2s") ...
 _SPINNER_VERB = re.compile(r"^(\W*)\w+( for \d)")
+# ... and so does its working line, behind a spinner glyph that turns ("· Harmonizing… (3s").
+_SPINNER = re.compile(r"^(\s*)\S\s+\w+…")
+# A bullet that blinks while a tool call is pending (Claude Code's ●, Codex's •/◦).
+_BLINK = re.compile(r"^[●•◦](?= )")
+# OpenCode's knight-rider progress bar (⬝⬝■■■■■■); OpenCode's input placeholder picks an
+# example at random (Ask anything… "Fix broken tests").
+_PROGRESS = re.compile(r"[⬝■▪▫◼◻]{3,}")
+_EXAMPLE = re.compile(r"(Ask anything… )\"[^\"]*\"")
+# Hints a program shows some runs and not others ("← for agents" comes and goes), and tips
+# picked from a list ("⎿  Tip: Use /memory to ...").
+_HINTS = re.compile(r"\s*·?\s*← for agents\s*·?")
+_TIP = re.compile(r"(\bTip: ).*")
+# The scripted model's slow answer grows a dot a second: how many is a matter of timing.
+_DOTS = re.compile(r"\.{3,}")
 _NUMBERS = re.compile(r"\d+")
+_SPACES = re.compile(r"[ \t]{2,}")
 
 
 def screen_key(text: str) -> str:
     """What makes a screen new: its text without what changes from run to run by itself —
-    the run directory's time stamp in paths, session ids, counters, timers, spinner verbs."""
-    text = _IDS.sub("<id>", _RUN_STAMP.sub("runs/*", text))
-    return "\n".join(_NUMBERS.sub("0", _SPINNER_VERB.sub(r"\1<verb>\2", line)).rstrip()
-                     for line in text.splitlines())
+    the run directory in paths, session ids, clocks, counters, timers and version numbers,
+    logo art, spinner glyphs and verbs, blinking bullets, progress bars, random examples,
+    hints and tips, and the padding that shifts with them."""
+    text = _IDS.sub("<id>", _RUN_DIR.sub("<run>", text))
+    lines = []
+    for line in text.splitlines():
+        line = _SPINNER.sub(r"\1<spinner>…", _SPINNER_VERB.sub(r"\1<verb>\2", line))
+        line = _BLINK.sub(" ", _CLOCK.sub("<time>", line))
+        line = _PROGRESS.sub("<progress>", _EXAMPLE.sub(r'\1"<example>"', line))
+        line = _HINTS.sub(" ", _DOTS.sub("...", _ART.sub("<art>", _TIP.sub(r"\1<tip>", line))))
+        lines.append(_SPACES.sub(" ", _NUMBERS.sub("0", line)).strip())
+    return "\n".join(lines).strip("\n")
 
 
 @dataclass
@@ -408,27 +444,24 @@ async def prompt_once(t: Tether, rec: Recorder, eid: str, log: Path, text: str, 
     report.check(reached == 1, f"{marker} reached the model {reached} times, expected once")
 
 
-async def prompt_after_cancel(t: Tether, rec: Recorder, eid: str, log: Path) -> None:
-    """Cancel, then prompt (``replace_draft``: a program may have put the cancelled prompt back
-    into its box): the model receives exactly the new text, as a line of its own."""
-    report = rec.report
-    text = "after the cancel TETHER-HELLO"
-    since = time.time()
-    prompt_id = f"after-cancel-{secrets.token_hex(3)}"
-    sent = await t.agent("prompt", target=eid, prompt_id=prompt_id, text=text, replace_draft=True,
-                         timeout_seconds=20)
-    receipt = (sent.get("data") or {}).get("receipt") or {}
-    if not report.check(bool(receipt.get("delivered")), f"prompt after cancel not delivered: {sent}"):
-        return
-    await t.agent("wait", target=eid, prompt_id=prompt_id, timeout_seconds=25)
-    seen = [str(e.get("user_text", "")) for e in model_requests(log, "TETHER-HELLO", since)]
-    report.receipts.append(f"cancel, then prompt: the model received {seen[-1:]!r}")
-    report.check(len(seen) == 1 and text in seen[0].splitlines() and "TETHER-SLOW" not in seen[0],
-                 f"after a cancel the model received {seen!r}, not exactly {text!r}")
-
-
-async def clear_draft(t: Tether, eid: str, draft: str) -> None:
+async def clear_draft(t: Tether, eid: str, draft: str, timeout: float = 5.0) -> None:
+    """Backspace over ``draft`` and wait until the box shows it gone (one copy fewer on the
+    screen) or, where that cannot be told (the text also stands in the history above, or
+    the box held nothing), until the screen has stood still for a second. A prompt sent
+    while the program is still erasing would meet a draft (``input_not_empty``)."""
+    before = ((await t.screen(eid)).get("text") or "").count(draft)
     await t.keys(eid, *(["Backspace"] * len(draft)))
+    deadline = time.monotonic() + timeout
+    last, still = "", 0
+    while time.monotonic() < deadline:
+        text = (await t.screen(eid)).get("text") or ""
+        if text.count(draft) < before:
+            return
+        still = still + 1 if text == last else 0
+        if still >= 4:
+            return
+        last = text
+        await asyncio.sleep(0.25)
 
 
 # -- the programs inside Tether ---------------------------------------------------------------
@@ -485,6 +518,9 @@ async def claude_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> No
                      "awaiting_approval", "approval")
     await t.keys(eid, "Escape")
     await checkpoint(t, rec, eid, "plan_declined", r"(?m)^❯\s*$", "awaiting_input")
+    await close(t, rec, eid)
+    eid = await t.launch("claude", ["--permission-mode", "manual"], title="interop claude turns")
+    await turn_checks(t, env, rec, eid, TURNS["claude"])
     await close(t, rec, eid)
 
 
@@ -581,7 +617,243 @@ async def drafts_and_turns(t: Tether, env: Env, rec: Recorder, eid: str, project
     await checkpoint(t, rec, eid, "busy", busy, "busy", stable=False)
     await cancel(t, rec, eid)
     await checkpoint(t, rec, eid, "interrupted", interrupted, "awaiting_input")
-    await prompt_after_cancel(t, rec, eid, env.log)
+
+
+@dataclass(frozen=True)
+class TurnScreens:
+    """How a program's screen shows that it waits for input and that it works on a turn."""
+
+    idle: str
+    busy: str
+
+
+def last_request(log: Path, marker: str, since: float) -> dict[str, Any] | None:
+    found = model_requests(log, marker, since)
+    return found[-1] if found else None
+
+
+def typed(entry: dict[str, Any] | None, marker: str) -> list[str]:
+    """The parts of a request's latest user message that carry ``marker``, as typed."""
+    return [part for part in (entry or {}).get("user_parts") or [] if marker in part]
+
+
+async def until(probe: Callable[[], Any], timeout: float, every: float = 0.1) -> Any:
+    """Poll ``probe`` (sync or async) until it returns something true; ``None`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got or time.monotonic() >= deadline:
+            return got or None
+        await asyncio.sleep(every)
+
+
+async def turn_done(t: Tether, eid: str, screens: TurnScreens, answer: str,
+                    timeout: float = 25.0) -> str | None:
+    """The turn that gives ``answer`` has ended, judged from the screen alone (the driver's
+    ground truth; no recognition is asked, so nothing a check waits for is nudged): the
+    answer shown, the program waiting for input and not working, twice in a row. ``None``
+    when it has; else the last screen, for the failure."""
+    last = ""
+    text = ""
+
+    async def probe() -> bool:
+        nonlocal last, text
+        text = (await t.screen(eid)).get("text") or ""
+        done = (answer in text and re.search(screens.idle, text, re.MULTILINE) is not None
+                and re.search(screens.busy, text) is None)
+        settled = done and text == last
+        last = text if done else ""
+        return settled
+
+    return None if await until(probe, timeout, every=0.2) else text
+
+
+def error_text(reply: dict[str, Any]) -> str:
+    return f"{reply.get('code')}: {str(reply.get('message') or reply)[:160]}"
+
+
+async def turn_checks(t: Tether, env: Env, rec: Recorder, eid: str, screens: TurnScreens) -> None:
+    """Three promises about turns, on a fresh agent waiting for input (no screen of these is
+    saved: what they show depends on the Tether under test, not only on the program):
+
+    - a cursor taken while the agent waits, a prompt not waited for and a fast turn that ends
+      before anyone waits: a wait after the cursor reports the turn (not ``timeout``);
+    - a prompt sent with ``timeout_seconds: 0`` whose turn has ended: ``wait {prompt_id}``
+      says ``wait_reached: true`` at once, well under its timeout;
+    - cancel, then prompt with ``replace_draft: true``: the model receives exactly the new
+      text (Claude Code puts a cancelled prompt back into its input box; typing after it
+      would merge the two)."""
+    report = rec.report
+    if not await until(lambda: _screen_matches(t, eid, screens.idle), 40):
+        report.check(False, "turn checks: the fresh agent never showed its input box")
+        return
+    # A first turn to warm up: OpenCode's first request after a start can take half a minute
+    # (seen: 33 s), which would make the checks' turns slow, not fast.
+    marker = f"TETHER-WARM-{secrets.token_hex(3)}"
+    sent = await t.agent("prompt", target=eid, prompt_id=f"warm-{secrets.token_hex(3)}",
+                         text=f"say hi {marker}", timeout_seconds=0)
+    screen = await turn_done(t, eid, screens, f"Received {marker}", timeout=90)
+    if not report.check(sent.get("ok") is True and screen is None,
+                        f"turn checks: the warm-up turn never ended ({error_text(sent)}); "
+                        f"last screen:\n{screen}"):
+        return
+    await cursor_then_fast_turn(t, env, rec, eid, screens)
+    await receipt_without_waiting(t, env, rec, eid, screens)
+    await cancel_then_prompt(t, env, rec, eid, screens)
+
+
+async def _screen_matches(t: Tether, eid: str, pattern: str) -> bool:
+    return re.search(pattern, (await t.screen(eid)).get("text") or "", re.MULTILINE) is not None
+
+
+CURSOR_WAIT_S = 5.0
+RECEIPT_WAIT_S = 4.0
+#: "At once": a reply the guardian already knows comes back in well under its timeout.
+AT_ONCE_S = 1.5
+
+
+async def cursor_then_fast_turn(t: Tether, env: Env, rec: Recorder, eid: str,
+                                screens: TurnScreens) -> None:
+    what = "cursor, prompt, fast turn, wait"
+    events = ["awaiting_input", "busy"]
+    taken = await t.agent("wait", target=eid, events=events, timeout_seconds=0)
+    cursor = (taken.get("data") or {}).get("cursor")
+    if not rec.report.check(cursor is not None, f"{what}: no cursor from Agent.wait "
+                                                f"({error_text(taken)})"):
+        return
+    marker = f"TETHER-FAST-{secrets.token_hex(3)}"
+    sent = await t.agent("prompt", target=eid, prompt_id=f"fast-{secrets.token_hex(3)}",
+                         text=f"say hi {marker}", timeout_seconds=0)
+    if not rec.report.check(sent.get("ok") is True, f"{what}: prompt refused ({error_text(sent)})"):
+        return
+    screen = await turn_done(t, eid, screens, f"Received {marker}")
+    if not rec.report.check(screen is None, f"{what}: the fast turn never ended on screen; "
+                                            f"last screen:\n{screen}"):
+        return
+    started = time.monotonic()
+    waited = await t.agent("wait", target=eid, after=cursor, events=events,
+                           timeout_seconds=CURSOR_WAIT_S)
+    took = time.monotonic() - started
+    data = waited.get("data") or {}
+    outcome = data.get("outcome") if waited.get("ok") else error_text(waited)
+    fired = sorted({e for item in data.get("changed") or [] for e in item.get("fired") or []})
+    rec.report.receipts.append(f"{what}: outcome={outcome} in {took:.2f}s"
+                               + (f" fired={','.join(fired)}" if fired else ""))
+    rec.report.check(outcome == "changed",
+                     f"{what}: Agent.wait after the cursor said {outcome} after {took:.1f}s, "
+                     f"not the turn that ran in between")
+
+
+async def receipt_without_waiting(t: Tether, env: Env, rec: Recorder, eid: str,
+                                  screens: TurnScreens) -> None:
+    what = "prompt without waiting, then wait {prompt_id}"
+    marker = f"TETHER-QUICK-{secrets.token_hex(3)}"
+    prompt_id = f"quick-{secrets.token_hex(3)}"
+    sent = await t.agent("prompt", target=eid, prompt_id=prompt_id, text=f"say hi {marker}",
+                         timeout_seconds=0)
+    if not rec.report.check(sent.get("ok") is True, f"{what}: prompt refused ({error_text(sent)})"):
+        return
+    # What the prompt's own reply saw: a Tether that looks once after typing may already
+    # have caught the turn busy, and then the wait below is easy; the line says which it was.
+    first = (sent.get("data") or {}).get("receipt") or {}
+    screen = await turn_done(t, eid, screens, f"Received {marker}")
+    if not rec.report.check(screen is None, f"{what}: the turn never ended on screen; "
+                                            f"last screen:\n{screen}"):
+        return
+    started = time.monotonic()
+    waited = await t.agent("wait", target=eid, prompt_id=prompt_id, timeout_seconds=RECEIPT_WAIT_S)
+    took = time.monotonic() - started
+    receipt = (waited.get("data") or {}).get("receipt") or {}
+    rec.report.receipts.append(
+        f"{what}: (prompt reply: activity_observed={first.get('activity_observed')}) "
+        f"delivered={receipt.get('delivered')} "
+        f"activity_observed={receipt.get('activity_observed')} "
+        f"wait_reached={receipt.get('wait_reached')} in {took:.2f}s")
+    if not rec.report.check(waited.get("ok") is True, f"{what}: {error_text(waited)}"):
+        return
+    rec.report.check(receipt.get("wait_reached") is True and took < AT_ONCE_S,
+                     f"{what}: wait_reached={receipt.get('wait_reached')} "
+                     f"activity_observed={receipt.get('activity_observed')} after {took:.1f}s "
+                     f"(timeout {RECEIPT_WAIT_S:g}s) for a turn that had ended")
+
+
+async def cancel_then_prompt(t: Tether, env: Env, rec: Recorder, eid: str,
+                             screens: TurnScreens) -> None:
+    what = "cancel, then prompt"
+    since = time.time()
+    stalled = "go slow TETHER-STALL"
+    sent = await t.agent("prompt", target=eid, prompt_id=f"stall-{secrets.token_hex(3)}",
+                         text=stalled, timeout_seconds=0)
+    if not rec.report.check(sent.get("ok") is True, f"{what}: prompt refused ({error_text(sent)})"):
+        return
+    # Cancel while the model has the request and has said nothing yet.
+    arrived = await until(lambda: last_request(env.log, "TETHER-STALL", since), 20)
+    busy = await until(lambda: _screen_matches(t, eid, screens.busy), 10)
+    if not rec.report.check(bool(arrived and busy), f"{what}: the stalled turn never started "
+                                                    f"(request {bool(arrived)}, busy {bool(busy)})"):
+        return
+    # The agent's own state too: a cancel is refused unless Tether sees the turn running.
+    running = await until(lambda: _agent_state_is(t, eid, "running"), 10, every=0.2)
+    if not running:
+        seen = await t.explain(eid)
+        rec.report.check(False, f"{what}: the screen shows the stalled turn busy but the agent "
+                                f"never became running (recognition {seen.get('state')} "
+                                f"[{seen.get('rule')}]); last screen:\n"
+                                f"{(await t.screen(eid)).get('text')}")
+        return
+    done = await t.agent("cancel", target=eid, timeout_seconds=10)
+    acknowledged = (done.get("data") or {}).get("acknowledged") is True
+    if not rec.report.check(acknowledged, f"{what}: Agent.cancel not acknowledged "
+                                          f"({error_text(done)})"):
+        return
+    await until(_settled(t, eid, screens), 10, every=0.3)
+    after_cancel = await t.explain(eid)
+    marker = f"TETHER-AFTER-{secrets.token_hex(3)}"
+    text = f"say hello {marker}"
+    sent = await t.agent("prompt", target=eid, prompt_id=f"after-{secrets.token_hex(3)}",
+                         text=text, replace_draft=True, timeout_seconds=20)
+    box = f"box after the cancel: {after_cancel.get('state')} [{after_cancel.get('rule')}]"
+    if not sent.get("ok"):
+        # What a prompt without it does to the draft (the bug replace_draft is there for).
+        await t.agent("prompt", target=eid, prompt_id=f"plain-{secrets.token_hex(3)}", text=text,
+                      timeout_seconds=20)
+        entry = await until(lambda: last_request(env.log, marker, since), 15)
+        arrived_as = typed(entry, marker)
+        reached = "never" if entry is None else f"as {' + '.join(map(repr, arrived_as))}"
+        rec.report.receipts.append(f"{what}: {box}; replace_draft refused; a plain prompt "
+                                   f"reached the model {reached}")
+        plain = "as sent" if arrived_as == [text] else f"{reached}, not {text!r}"
+        rec.report.check(False, f"{what}: replace_draft refused ({error_text(sent)}); a plain "
+                                f"prompt reached the model {plain}")
+        return
+    entry = await until(lambda: last_request(env.log, marker, since), 20)
+    got = typed(entry, marker)
+    receipt = (sent.get("data") or {}).get("receipt") or {}
+    rec.report.receipts.append(f"{what}: {box}; replace_draft delivered={receipt.get('delivered')}; "
+                               f"the model received {got!r}")
+    rec.report.check(got == [text], f"{what}: the model received {got!r}, not exactly {text!r}"
+                     if entry else f"{what}: the prompt never reached the model")
+
+
+async def _agent_state_is(t: Tether, eid: str, state: str) -> bool:
+    return (await t.agent_view(eid)).get("agent_state") == state
+
+
+def _settled(t: Tether, eid: str, screens: TurnScreens) -> Callable[[], Any]:
+    """A probe: the program no longer works (whatever its input box holds), and its screen
+    stands still between two polls."""
+    last = ""
+
+    async def probe() -> bool:
+        nonlocal last
+        text = (await t.screen(eid)).get("text") or ""
+        settled = re.search(screens.busy, text) is None and text == last
+        last = text
+        return settled
+
+    return probe
 
 
 def codex_env(env: Env) -> dict[str, str]:
@@ -634,6 +906,9 @@ async def codex_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> Non
     await ended(t, rec, eid, "exit by Ctrl-c", view)
     await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
                      note="the program has exited; its last frame is still on the screen")
+    eid = await t.launch("codex", ["--no-daemon"], title="interop codex turns")
+    await turn_checks(t, env, rec, eid, TURNS["codex"])
+    await close(t, rec, eid)
 
 
 def opencode_config(port: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -673,6 +948,9 @@ async def opencode_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> 
     await ended(t, rec, eid, "exit by Ctrl-c", await wait_exit(t, eid))
     await checkpoint(t, rec, eid, "exited", r"(?s).", "unknown", stable=False,
                      note="the program has exited; its last frame is still on the screen")
+    eid = await t.launch("opencode", title="interop opencode turns")
+    await turn_checks(t, env, rec, eid, TURNS["opencode"])
+    await close(t, rec, eid)
 
 
 # -- the programs as Tether's MCP client ------------------------------------------------------
@@ -822,6 +1100,10 @@ AGENT_ENV: dict[str, Callable[[Env], dict[str, str]]] = {
 CLIENT: dict[str, Callable[[Env, Report], Any]] = {
     "claude": claude_client, "codex": codex_client, "opencode": opencode_client}
 RECOGNIZERS = {"claude": "claude", "codex": "codex", "opencode": "opencode"}
+#: The turn checks' view of each program's screen: input box ready; working on a turn.
+TURNS = {"claude": TurnScreens(idle=r"^❯\s*$", busy=r"esc to interrupt"),
+         "codex": TurnScreens(idle=r"Ask Codex to do anything", busy=r"esc to interrupt"),
+         "opencode": TurnScreens(idle=r"ctrl\+p commands", busy=r"esc interrupt")}
 
 
 async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> Report:

@@ -14,11 +14,16 @@ every turn:
 - ``TETHER-PLAN``: (Claude Code in plan mode) present a plan with ``ExitPlanMode``;
 - ``TETHER-SLOW``: stream a long answer slowly (about 60 s) so the driver can watch the
   program busy and cancel it;
+- ``TETHER-STALL``: answer nothing at all for about 60 s (not even the response headers), so
+  the driver can cancel a turn before the program has any of the answer (Claude Code then
+  puts the cancelled prompt back into its input box);
 - a tool result (approved or denied) or anything else: a short text answer.
 
-Every request is appended to a JSON-lines log (``--log``) with the marker it carried, so the
-driver can count how many times a prompt reached the model (a prompt delivered once reaches
-it once).
+Every request is appended to a JSON-lines log (``--log``) with the marker it carried and the
+text the user typed (``user_parts``: the parts of the latest user message, tool results and
+the program's own ``<system-reminder>``-style wrappers left out), so the driver can count how
+many times a prompt reached the model (a prompt delivered once reaches it once) and compare
+what arrived with what it sent, exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import contextlib
 import json
 import os
 import re
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -83,6 +90,27 @@ def _last_user_text(items: list[Any]) -> str:
                            if not (isinstance(part, dict) and part.get("type") == "tool_result")]
             return "\n".join(_texts(content))
     return ""
+
+
+#: A part of a user message that the program wrapped around context of its own (Claude Code's
+#: ``<system-reminder>``, Codex's ``<environment_context>``, ...): not what the user typed.
+_WRAPPER = re.compile(r"\A\s*<([a-z_-]+)>.*</\1>\s*\Z", re.DOTALL)
+
+
+def _last_user_parts(items: list[Any]) -> list[str]:
+    """The text parts of the latest user message, as the program sent them, minus tool
+    results and the program's own wrapped context: what the user typed, part by part."""
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list):
+                parts = [text for part in content
+                         if not (isinstance(part, dict) and part.get("type") == "tool_result")
+                         for text in _texts(part)]
+            else:
+                parts = _texts(content)
+            return [text for text in parts if not _WRAPPER.match(text)]
+    return []
 
 
 def _first_user_text(items: list[Any]) -> str:
@@ -171,11 +199,9 @@ class Models:
                tether_tools: dict[str, Any]) -> None:
         entry = {"t": time.time(), "path": path, "model": body.get("model"),
                  "markers": sorted(set(MARKER.findall(_last_user_text(items)))),
+                 "user_parts": _last_user_parts(items),
                  "tool_result": _last_is_tool_result(items), "decision": decision[0],
-                 "value": decision[1][:200], "tools": len(body.get("tools") or []),
-                 # The end of what the user typed last: the driver checks a prompt arrived
-                 # whole and alone (never merged into a draft).
-                 "user_text": _last_user_text(items)[-2000:]}
+                 "value": decision[1][:200], "tools": len(body.get("tools") or [])}
         if tether_tools:
             # The schemas exactly as the client handed them to the model: compared with
             # Tether's own by the driver, to see what a client rewrites.
@@ -245,6 +271,13 @@ def make_handler(models: Models) -> type[BaseHTTPRequestHandler]:
             body = self._body()
             path = self.path.split("?", 1)[0]
             try:
+                if _stalls(body):
+                    # Logged on arrival: the driver cancels once the request has come.
+                    items = list(body.get("messages") or body.get("input") or [])
+                    models.record(self.path, body, items, ("stall", "", {}), {})
+                    if not _stalled(self.connection):
+                        self.close_connection = True
+                        return  # the client gave up (cancelled): answer nothing
                 if path.endswith("/messages/count_tokens"):
                     self._json(200, {"input_tokens": 12})
                 elif path.endswith("/messages"):
@@ -423,6 +456,31 @@ def make_handler(models: Models) -> type[BaseHTTPRequestHandler]:
                 send(".")
 
     return Handler
+
+
+def _stalls(body: dict[str, Any]) -> bool:
+    """Whether a main-model request (one that offers tools) is a ``TETHER-STALL`` turn: the
+    last marker the user typed is that one (a prompt typed after it is a new turn)."""
+    items = list(body.get("messages") or body.get("input") or [])
+    markers = MARKER.findall(_last_user_text(items))
+    return bool(body.get("tools")) and bool(markers) and markers[-1] == "TETHER-STALL"
+
+
+def _stalled(conn: socket.socket) -> bool:
+    """Say nothing for up to ``SLOW_SECONDS``; ``False`` as soon as the client hangs up
+    (what a cancel does), ``True`` when the time ran out with the client still there."""
+    deadline = time.monotonic() + SLOW_SECONDS
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([conn], [], [], 0.5)
+        if readable:
+            try:
+                if conn.recv(1, socket.MSG_PEEK) == b"":
+                    return False
+            except OSError:
+                return False
+            # Bytes of another request on a kept-alive connection: nothing to do with us.
+            time.sleep(0.5)
+    return True
 
 
 def _responses_tools(tools: list[Any]) -> tuple[list[str], dict[str, Any]]:
