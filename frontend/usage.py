@@ -1,4 +1,4 @@
-"""The usage log (SPEC R30): one JSON line per event, private, size-rotated.
+"""The usage log (docs/person.md#usage-log): one JSON line per event, private, size-rotated.
 
 Enabled by ``TETHER_USAGE_LOG`` (a file path). Every MCP tool call writes:
 

@@ -1,4 +1,4 @@
-"""msgpack encoding with explicit limits for untrusted bytes (SPEC R6).
+"""msgpack encoding with explicit limits for untrusted bytes (docs/protocol.md#envelope).
 
 The guardian decodes whatever arrives on its socket, so every size the decoder could be asked
 to allocate is capped before allocation, maps may only have string keys, and nesting depth is

@@ -1,4 +1,5 @@
-"""Request and response envelopes (SPEC R6, R9).
+"""Request and response envelopes (docs/protocol.md#envelope,
+docs/protocol.md#deadlines-and-the-guardian-instance).
 
 request  ``{v: [major, minor], id, method, params, deadline_unix_ms, guardian_instance_id?, auth}``
 response ``{v, id, ok: true, result}`` or ``{v, id, ok: false, error: {code, message, data}}``

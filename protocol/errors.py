@@ -31,7 +31,7 @@ class ErrorCode(StrEnum):
     # processes, memory): ``data.resource`` names it, and nothing was started.
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNKNOWN_METHOD = "unknown_method"
-    # Transport and guardian identity (R5-R10)
+    # Transport and guardian identity (docs/protocol.md#transport, docs/protocol.md#identity)
     UNAUTHORIZED = "unauthorized"
     WRONG_GUARDIAN = "wrong_guardian"
     DEADLINE_EXPIRED = "deadline_expired"
@@ -69,7 +69,8 @@ class ErrorCode(StrEnum):
     RECEIPT_LIMIT = "receipt_limit"
     UNKNOWN_RECOGNIZER = "unknown_recognizer"
     HERDR_DISABLED = "herdr_disabled"
-    # Authority: principals, profiles and modes (R27, R28)
+    # Authority: principals, profiles and modes (docs/security.md#profiles-and-modes,
+    # docs/security.md#principals)
     TOOL_DENIED = "tool_denied"
     WORKSPACE_DENIED = "workspace_denied"
     MODE_DENIED = "mode_denied"
@@ -77,7 +78,7 @@ class ErrorCode(StrEnum):
     CONFIG_INVALID = "config_invalid"
     # The state directory cannot be written (a full disk): names the path and free space.
     STORAGE_UNAVAILABLE = "storage_unavailable"
-    # Managed-agent lifecycle (SPEC §8)
+    # Managed-agent lifecycle (docs/tools.md#managed-agents)
     CANCEL_NOT_ACKNOWLEDGED = "cancel_not_acknowledged"
     INVALID_STATE = "invalid_state"
     # cancel of an agent whose screen shows no turn (it waits for input): nothing pressed.

@@ -1,7 +1,8 @@
 """Every id pattern, limit and timeout that more than one module relies on, defined once.
 
 Both sides read these: the front-end checks a limit before sending, so a request over it never
-reaches the guardian, and the guardian checks it again (SPEC §5, §6). A number that appears in
+reaches the guardian, and the guardian checks it again (docs/tools.md#records, docs/tools.md). A number that
+appears in
 a tool schema, a params model, a guardian check and a person's report is named here, so the
 four cannot drift apart.
 """
@@ -37,7 +38,8 @@ MAX_CURSOR = 1024
 
 # -- what may be typed -----------------------------------------------------------------------
 
-#: Sizes of what is typed are UTF-8 bytes (SPEC §6, R21), not characters: "€" is 3 bytes.
+#: Sizes of what is typed are UTF-8 bytes (docs/tools.md, docs/tools.md#prompts), not characters: "€" is 3
+#: bytes.
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_TEXT_BYTES = 64 * 1024
 MAX_KEYS = 64
@@ -117,7 +119,7 @@ MODE_RPC_TIMEOUT_S = 5.0
 #: Entries in a code_writer mode's allowed_commands or allowed_globs.
 MAX_MODE_ENTRIES = 256
 
-# -- retention (SPEC R17) --------------------------------------------------------------------
+# -- retention (docs/tools.md#retention) --------------------------------------------------------------------
 
 #: Per thread: records kept, bytes of output + screen text kept, and how long a terminal
 #: record lives. The guardian enforces them; ``tether doctor`` reports against them.
@@ -151,7 +153,8 @@ MAX_RUNNING_CONFIGURED = 100_000
 #: ``resource_exhausted``, before anything starts.
 DESCRIPTOR_RESERVE = 32
 
-# -- managed agents (SPEC §8) ----------------------------------------------------------------
+# -- managed agents (docs/tools.md#managed-agents)
+# ----------------------------------------------------------------
 
 #: Label keys (``tether.open.<client-id>`` among them) and provider conversation ids.
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
@@ -174,7 +177,8 @@ MAX_NOTIFICATION_WAIT_MS = 30_000
 #: How long a lifecycle request may take (launch, resume, close and archive wait for
 #: processes to start or end; an archive cascade closes a whole tree).
 AGENT_RPC_TIMEOUT_S = 30.0
-#: A front-end's own process and its ancestors sent to find its parent execution (R24).
+#: A front-end's own process and its ancestors sent to find its parent execution
+#: (docs/tools.md#trees-and-parents).
 MAX_ANCESTORS = 64
 
 

@@ -96,8 +96,8 @@ def coded_error(code: ErrorCode, message: str, **context: Any) -> PydanticCustom
 
 def check_cursor(value: str) -> str:
     """A cursor that could have come from Tether: not empty (no cursor is ``null``, never
-    ``""``) and not longer than any Tether issues. Anything else is ``invalid_cursor`` (SPEC
-    §6), like a cursor that was edited, before the request goes further."""
+    ``""``) and not longer than any Tether issues. Anything else is ``invalid_cursor`` (docs/tools.md), like
+    a cursor that was edited, before the request goes further."""
     if not value:
         raise coded_error(ErrorCode.INVALID_CURSOR,
                           "an empty string is not a cursor; to start from the beginning leave "
@@ -144,7 +144,7 @@ def utf8_limit(limit: int, advice: str) -> Callable[[str], str]:
     return check
 
 
-#: A command line (SPEC §6): at most MAX_COMMAND_BYTES.
+#: A command line (docs/tools.md): at most MAX_COMMAND_BYTES.
 Command = Annotated[CleanText, AfterValidator(utf8_limit(
     MAX_COMMAND_BYTES, "Put long scripts in a file and run the file."))]
 #: Text for send_text: at most MAX_TEXT_BYTES (a line-reading program holds less per line:
@@ -152,23 +152,24 @@ Command = Annotated[CleanText, AfterValidator(utf8_limit(
 InputText = Annotated[CleanText, AfterValidator(utf8_limit(
     MAX_TEXT_BYTES, "Write long text to a file and have the program read the file, or send "
                     "it in parts."))]
-#: A prompt (R21): at most MAX_PROMPT_BYTES.
+#: A prompt (docs/tools.md#prompts): at most MAX_PROMPT_BYTES.
 PromptText = Annotated[CleanText, AfterValidator(utf8_limit(
     MAX_PROMPT_BYTES, "Put long instructions or material in a file and prompt the agent to "
                       "read it."))]
-#: A label's value (SPEC §8), at most MAX_LABEL_VALUE characters.
+#: A label's value (docs/tools.md#managed-agents), at most MAX_LABEL_VALUE characters.
 LabelValue = Annotated[CleanText, Field(max_length=MAX_LABEL_VALUE)]
 #: A cursor as a client may send it (see :func:`check_cursor`).
 Cursor = Annotated[str, AfterValidator(check_cursor), Field(max_length=MAX_CURSOR)]
 #: An observe item's cursor: a bad one is that item's invalid_cursor, as a forged one is
-#: (one bad item does not sink the request, SPEC §6); over the size limit it is a bad budget.
+#: (one bad item does not sink the request, docs/tools.md); over the size limit it is a bad budget.
 ItemCursor = Annotated[str, Field(max_length=MAX_CURSOR)]
 #: A launch's program and arguments: at most MAX_ARGV of them, MAX_ARGV_BYTES in all.
 Argv = Annotated[list[CleanText], Field(max_length=MAX_ARGV), AfterValidator(check_argv_size)]
 
 #: A POSIX environment variable name.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
-#: Names Tether stamps on every process it starts (R24): a launch may not set them.
+#: Names Tether stamps on every process it starts (docs/tools.md#trees-and-parents): a launch may not set
+#: them.
 TETHER_ENV_PREFIX = "TETHER_"
 
 
@@ -403,7 +404,8 @@ class CodeWriterSpec(Params):
 
 
 class ModeSpec(Params):
-    """A thread's mode (R27): ``wcgw`` (unrestricted), ``architect`` (no writes) or
+    """A thread's mode (docs/security.md#profiles-and-modes): ``wcgw`` (unrestricted), ``architect`` (no
+    writes) or
     ``code_writer`` (with its allowlists). Stored on the thread by the guardian; enforced by
     the front-end before anything is typed."""
 
@@ -425,7 +427,8 @@ class ThreadModeParams(Scoped):
 
 class ThreadSetModeParams(Scoped):
     mode: ModeSpec
-# -- managed agents (SPEC §8, capability agent_lifecycle, protocol 1.5) ----------------------
+# -- managed agents (docs/tools.md#managed-agents, capability agent_lifecycle, protocol 1.5)
+# ----------------------
 
 Provider = Literal["command", "claude", "codex", "opencode"]
 LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN)]
@@ -433,7 +436,8 @@ ConversationId = Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)]
 
 
 class AgentScoped(WorkspaceScoped):
-    """Managed agents belong to the workspace, not a thread (SPEC §8): a person's CLI acts
+    """Managed agents belong to the workspace, not a thread (docs/tools.md#managed-agents): a person's CLI
+    acts
     without a thread; a front-end passes its thread for the record of who launched."""
 
     workspace_root: CleanText = Field(min_length=1, max_length=4096)
@@ -452,7 +456,8 @@ class AgentLaunchParams(Scoped):
     notify_on_finish: bool | None = None  # default: true when there is a parent execution
     rows: int = Field(default=DEFAULT_ROWS, ge=MIN_ROWS, le=MAX_ROWS)
     cols: int = Field(default=DEFAULT_COLS, ge=MIN_COLS, le=MAX_COLS)
-    parent_execution_id: ExecutionId | None = None  # resolved by the front-end (R24)
+    # resolved by the front-end (docs/tools.md#trees-and-parents)
+    parent_execution_id: ExecutionId | None = None
     parent_workspace: CleanText | None = Field(default=None, max_length=4096)
     idempotency_key: IdempotencyKey
     #: Variables for the agent's process and its resumes (1.8); kept privately, never in a
@@ -502,10 +507,11 @@ class AgentDetachRemoteParams(AgentScoped):
 
 
 class ExecAncestorParams(AgentScoped):
-    """Which live execution of this guardian is one of these processes (R24 fallback)?
+    """Which live execution of this guardian is one of these processes (docs/tools.md#trees-and-parents
+    fallback)?
 
     ``ancestors`` are ``[pid, create_time]`` of the asking front-end's process and its
-    parents, nearest first; pids alone are never identity (R10)."""
+    parents, nearest first; pids alone are never identity (docs/protocol.md#identity)."""
 
     ancestors: list[tuple[Annotated[int, Field(ge=1, le=MAX_WIRE_INT)], float]] = Field(
         min_length=1, max_length=MAX_ANCESTORS)
@@ -562,7 +568,8 @@ RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
 
 
 def params_capability(method: str, params: Mapping[str, Any]) -> Capability | None:
-    """The capability that what ``params`` ask for needs beyond ``method``'s own (R8): a
+    """The capability that what ``params`` ask for needs beyond ``method``'s own
+    (docs/protocol.md#versions-and-capabilities): a
     ``detection`` page, and a recognizer's events, are a recognition verdict (1.2), which a
     guardian that lacks ``recognition`` must not hand out under an older method's name.
     A listing's ``before`` pages (1.7): a guardian without ``list_pages`` would ignore it

@@ -96,7 +96,7 @@ class RuntimeInfo(Result):
 
 
 class RecoveryAdvice(Result):
-    """How a coding agent's conversation could be resumed (R14)."""
+    """How a coding agent's conversation could be resumed (docs/tools.md#recovery-advice)."""
 
     advice: str
     source: str | None = None
@@ -129,7 +129,7 @@ class TurnRow(Result):
 
 
 class ExecutionRecord(Result):
-    """An execution record as clients see it (SPEC §6), live output figures merged in."""
+    """An execution record as clients see it (docs/tools.md), live output figures merged in."""
 
     execution_id: str
     thread_id: str | None = None
@@ -208,7 +208,7 @@ class RuleEvaluation(Result):
 
 
 class Recognition(Result):
-    """A recognizer's verdict on a screen (R20)."""
+    """A recognizer's verdict on a screen (docs/tools.md#recognizers)."""
 
     state: str
     attention: str | None = None
@@ -299,7 +299,8 @@ class ShutdownResult(Result):
 
 
 class Orphan(Result):
-    """A process of a replaced shell that is still running, reported, never adopted (R13)."""
+    """A process of a replaced shell that is still running, reported, never adopted
+    (docs/tools.md#unknown-is-not-success)."""
 
     pid: int
     reason: str
@@ -490,7 +491,8 @@ DELIVERY_GUARDIAN_LOST = "guardian_lost"
 
 
 class Receipt(Result):
-    """A prompt's receipt (R21, R22): delivered, activity observed, wait reached, kept apart.
+    """A prompt's receipt (docs/tools.md#prompts, docs/tools.md#once-only): delivered, activity observed,
+    wait reached, kept apart.
 
     ``delivered`` is ``True`` once the text and Enter were written to the terminal, ``False``
     when nothing was typed, and ``"unknown"`` when that cannot be said, with ``reason``:
@@ -553,7 +555,7 @@ class PersonEvent(Result):
 
 
 class AgentEvent(Result):
-    """One persisted state transition of a managed agent (``agent_events``, R23)."""
+    """One persisted state transition of a managed agent (``agent_events``, docs/tools.md#agent-states)."""
 
     seq: int | None = None
     execution_id: str | None = None
@@ -612,7 +614,8 @@ class PersonInputResult(Result):
     replayed: bool | None = None
 
 
-# -- managed agents (SPEC §8, agent_lifecycle) --------------------------------------------------
+# -- managed agents (docs/tools.md#managed-agents, agent_lifecycle)
+# --------------------------------------------------
 
 
 class AgentRecord(ExecutionRecord):
@@ -632,7 +635,7 @@ class AgentRecord(ExecutionRecord):
 
 
 class AgentNotification(Result):
-    """A durable notice for a parent (R25)."""
+    """A durable notice for a parent (docs/tools.md#deaths-cancel-and-notices)."""
 
     id: int
     parent_execution_id: str
@@ -691,7 +694,7 @@ class DetachRemoteResult(Result):
 
 
 class AncestorResult(Result):
-    """The live execution a front-end's process descends from, if any (R24)."""
+    """The live execution a front-end's process descends from, if any (docs/tools.md#trees-and-parents)."""
 
     execution_id: str | None = None
     thread_id: str | None = None

@@ -1,4 +1,5 @@
-"""Text that Tether refuses rather than alters (R29: refused whole, nothing half-done).
+"""Text that Tether refuses rather than alters (docs/security.md#local-permissions-and-limits: refused whole,
+nothing half-done).
 
 A command or text that holds a NUL byte, a lone UTF-16 surrogate (``"\\ud800"`` in JSON) or
 bytes that are not UTF-8 cannot be typed as given: a terminal or ``bash`` would silently drop

@@ -1,4 +1,5 @@
-"""ZeroMQ transports: the front-end's DEALER client and the guardian's ROUTER server (R5).
+"""ZeroMQ transports: the front-end's DEALER client and the guardian's ROUTER server
+(docs/protocol.md#transport).
 
 Request/response only. The client matches replies to requests by id, so several tool calls
 can share one socket. Waiting is a request with a deadline that the guardian answers when
@@ -58,7 +59,7 @@ class GuardianClient:
 
     Every request names ``instance_id`` (once known) and an absolute deadline so a guardian
     that restarted behind the same endpoint refuses queued requests instead of acting on
-    them (R9).
+    them (docs/protocol.md#deadlines-and-the-guardian-instance).
     """
 
     def __init__(
@@ -294,7 +295,8 @@ class RouterServer:
         self._closed = False
 
     def bind(self) -> None:
-        """Bind the endpoint. Call only while holding the guardian lock (R2)."""
+        """Bind the endpoint. Call only while holding the guardian lock
+        (docs/protocol.md#guardians-one-per-key)."""
         self._sock.bind(self.endpoint)
 
     def rebind(self) -> None:

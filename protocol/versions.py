@@ -1,4 +1,5 @@
-"""Protocol versions and the capability table (SPEC R7, R8).
+"""Protocol versions and the capability table (docs/protocol.md#handshake,
+docs/protocol.md#versions-and-capabilities).
 
 The table is the protocol's history: each minor version adds named capabilities and never
 removes one. A guardian started with ``--protocol 1.N`` advertises and honours exactly the

@@ -1,4 +1,5 @@
-"""Tether benchmarks (SPEC §11): each figure is printed next to a baseline measured in the
+"""Tether benchmarks (docs/development.md#benchmarks): each figure is printed next to a baseline measured in
+the
 same run, as a ratio. Run with ./scripts/bench; nothing here is a pass/fail test."""
 
 from __future__ import annotations

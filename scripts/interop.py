@@ -364,7 +364,8 @@ async def wait_exit(t: Tether, eid: str, timeout: float = 15.0) -> dict[str, Any
 
 
 def leftover_processes(eid: str) -> list[int]:
-    """Processes still carrying the agent's environment stamp (R24): none once it ended."""
+    """Processes still carrying the agent's environment stamp (docs/tools.md#trees-and-parents): none once
+    it ended."""
     stamp = f"TETHER_EXECUTION_ID={eid}".encode()
     found = []
     for entry in Path("/proc").iterdir():

@@ -1,4 +1,5 @@
-"""The managed-agent state machine (SPEC R23, R25), as pure rules.
+"""The managed-agent state machine (docs/tools.md#agent-states, docs/tools.md#deaths-cancel-and-notices), as
+pure rules.
 
 ::
 

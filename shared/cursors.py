@@ -1,4 +1,4 @@
-"""Opaque, signed cursors (SPEC §6): bound to principal, workspace, thread, execution and
+"""Opaque, signed cursors (docs/tools.md): bound to principal, workspace, thread, execution and
 source. Any other use, and any edited byte, is ``invalid_cursor``.
 
 A cursor is ``base64url(msgpack(payload)) + "." + base64url(hmac-sha256[:16])`` keyed by a

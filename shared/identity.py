@@ -1,4 +1,4 @@
-"""Process identities (SPEC R10): a pid alone is never identity, because pids are reused.
+"""Process identities (docs/protocol.md#identity): a pid alone is never identity, because pids are reused.
 
 "Alive" means: the pid exists, with the same create time, on the same boot.
 
@@ -131,7 +131,8 @@ def process_marks(names: Sequence[str]) -> dict[int, Marked]:
     variables ``names``: its parent and those variables' values. Linux only.
 
     Tether marks every process it starts with its thread, and those in their own terminal
-    with their execution (R24). The mark goes wherever the process goes: out of its session
+    with their execution (docs/tools.md#trees-and-parents). The mark goes wherever the process goes: out of
+    its session
     (``setsid``, ``nohup``) or past its guardian's death, where no process tree leads to it.
     """
     if not _PROC:

@@ -1,6 +1,8 @@
-"""State and runtime directories, with the permission and owner checks of SPEC R1.
+"""State and runtime directories, with the permission and owner checks of
+docs/security.md#state-and-runtime-directories.
 
-A guardian is keyed by ``(principal, canonical workspace_root)`` (R2); its socket, lock and
+A guardian is keyed by ``(principal, canonical workspace_root)`` (docs/protocol.md#guardians-one-per-key);
+its socket, lock and
 ``guardian.json`` live in a private per-key directory under the runtime dir, its catalog,
 journals and log under the state dir.
 """
@@ -91,7 +93,8 @@ def ensure_private_dir(path: Path, *, what: str, repair: bool = False) -> Path:
     can reach it, as tmux does for its socket directory. ``repair``: a directory Tether itself
     creates inside a checked root, which older versions left 0755, is tightened to 0700."""
     try:
-        # Missing ancestors are created 0700 too (mkdir -p would make them 0755, R29).
+        # Missing ancestors are created 0700 too (mkdir -p would make them 0755,
+        # docs/security.md#local-permissions-and-limits).
         for level in reversed([path, *path.parents]):
             if not level.exists():
                 level.mkdir(mode=0o700, exist_ok=True)

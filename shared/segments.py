@@ -5,7 +5,8 @@ absolute offset of the segment's first byte. The first segment holds the head (t
 64 KiB) and is kept; the others hold the tail's size each, and those wholly before the last
 1 MiB are deleted (:class:`Window` says what is kept). The guardian appends to them
 (``guardian/history/journal.py``); whoever reconciles a dead guardian's records reads the
-figures from the same files, so a lost record still says how much output it has (R13, R17).
+figures from the same files, so a lost record still says how much output it has
+(docs/tools.md#unknown-is-not-success, docs/tools.md#retention).
 
 The segments of an execution whose record holds its output figures are found by name
 (:func:`find_segments`): listing the journals directory, which holds every retained
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from tether.protocol.limits import EXECUTION_HEAD_BYTES, EXECUTION_RETAIN_BYTES
 
-#: Output retained per execution (R17): the last 1 MiB (the tail) ...
+#: Output retained per execution (docs/tools.md#retention): the last 1 MiB (the tail) ...
 DEFAULT_RETAIN_BYTES = EXECUTION_RETAIN_BYTES
 #: ... and the first 64 KiB (the head).
 DEFAULT_HEAD_BYTES = EXECUTION_HEAD_BYTES

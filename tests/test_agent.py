@@ -1,4 +1,5 @@
-"""Turn recognition and the Agent tool through the real MCP client (issue 6, R20-R22)."""
+"""Turn recognition and the Agent tool through the real MCP client (issue 6, docs/tools.md#recognizers,
+docs/tools.md#once-only)."""
 
 from __future__ import annotations
 

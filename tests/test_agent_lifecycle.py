@@ -1,4 +1,5 @@
-"""Managed agents end to end (issue 14, SPEC §8 R23-R26): real PTYs, a real guardian, the
+"""Managed agents end to end (issue 14, docs/tools.md#managed-agents docs/tools.md#agent-states,
+docs/tools.md#close-resume-archive): real PTYs, a real guardian, the
 real MCP client, and the scripted fake agent standing in for an agent CLI."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Managed agents from the outside (issue 14): the environment stamp on every process Tether
-starts (R24), ``tether agents`` for a person, and older guardians (R8)."""
+starts (docs/tools.md#trees-and-parents), ``tether agents`` for a person, and older guardians
+(docs/protocol.md#versions-and-capabilities)."""
 
 from __future__ import annotations
 

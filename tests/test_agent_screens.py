@@ -1,4 +1,4 @@
-"""Recognition of real screens of Claude Code, Codex and OpenCode (R20).
+"""Recognition of real screens of Claude Code, Codex and OpenCode (docs/tools.md#recognizers).
 
 ``scripts/interop`` recorded these: every byte each program wrote to its Tether terminal up
 to a checkpoint (``.ansi``), the screen at that moment (``.txt``), and what the driver knew

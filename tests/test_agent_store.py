@@ -136,7 +136,8 @@ def test_provider_command_lines() -> None:
     given = launch_plan("claude", ["--session-id", UUID])
     assert given.conversation_id is None
     assert resume_argv({"provider": "claude", "argv": given.argv,
-                        "conversation_id": None}) == ["claude", "--resume", UUID]  # R14 parser
+                        # docs/tools.md#recovery-advice parser
+                        "conversation_id": None}) == ["claude", "--resume", UUID]
     codex = launch_plan("codex", None, conversation_id=UUID)
     assert codex.argv == ["codex", "resume", UUID]
     assert resume_argv({"provider": "codex", "argv": codex.argv,

@@ -1,4 +1,5 @@
-"""Who may do what: profiles, allow_tools, workspaces and the Agent action classes (R27)."""
+"""Who may do what: profiles, allow_tools, workspaces and the Agent action classes
+(docs/security.md#profiles-and-modes)."""
 
 from __future__ import annotations
 

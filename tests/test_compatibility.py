@@ -216,7 +216,8 @@ async def test_a_long_line_is_refused_by_a_front_end_whose_guardian_lacks_line_l
 ) -> None:
     """Before 1.6 a guardian cannot say whether a terminal reads whole lines, where the
     kernel cuts a line at 4095 bytes without a trace: the front-end refuses any such line,
-    whatever the terminal's mode (R8), and shorter lines go through as before."""
+    whatever the terminal's mode (docs/protocol.md#versions-and-capabilities), and shorter lines go through
+    as before."""
     start_guardian(workspace, tether_env, "1.5")
     async with Client(build_server(tether_env)) as client:
         session = await initialize(client, workspace)

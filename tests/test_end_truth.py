@@ -1,4 +1,5 @@
-"""How a command ended is reported truthfully (issue 11; SPEC R13, R15-R17).
+"""How a command ended is reported truthfully (issue 11; docs/tools.md#unknown-is-not-success,
+docs/tools.md#threads-and-workspaces, docs/tools.md#retention).
 
 Each test is one of the issue's reproductions, run through the real MCP client against a real
 guardian with real PTYs: forged end and cwd markers, a full disk, resets that left processes

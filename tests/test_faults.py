@@ -1,4 +1,5 @@
-"""Fault tests that kill real processes (issue 4): nothing lost, nothing replayed (R9-R14)."""
+"""Fault tests that kill real processes (issue 4): nothing lost, nothing replayed
+(docs/protocol.md#deadlines-and-the-guardian-instance, docs/tools.md#recovery-advice)."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def test_transport_replay_is_not_acted_upon(tether_env: Config, workspace: Path)
     marker = workspace / "replayed"
     first = start_guardian(workspace, tether_env)
     ctx = zmq.Context()
-    # A DEALER without IMMEDIATE: it queues while no peer is bound (the hazard of R9).
+    # A DEALER without IMMEDIATE: it queues while no peer is bound (the hazard of
+    # docs/protocol.md#deadlines-and-the-guardian-instance).
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(first["endpoint"])
@@ -390,7 +392,8 @@ async def test_a_command_that_outlived_its_guardian_is_reported(
 
 
 async def test_wait_for_turn_on_a_lost_record_says_unknown(client: Client, workspace: Path) -> None:
-    """An end nobody saw is not an exit (R13): wait_for_turn on the record of a guardian that
+    """An end nobody saw is not an exit (docs/tools.md#unknown-is-not-success): wait_for_turn on the record
+    of a guardian that
     died says ``unknown`` with the record's reason, although the new guardian holds no
     runtime for it (and the process, which ignores the hangup, still lives)."""
     session = await initialize(client, workspace)

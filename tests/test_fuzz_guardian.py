@@ -1,4 +1,5 @@
-"""Hostile bytes at a real guardian's socket (issue 7, R6): it answers or drops each frame,
+"""Hostile bytes at a real guardian's socket (issue 7, docs/protocol.md#envelope): it answers or drops each
+frame,
 keeps serving, and its memory stays bounded."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """``tether serve --http`` as a real process, driven by the SDK's streamable HTTP client
-(R27, R28): bearer tokens, principals kept apart, profiles, workspaces, Host checks, and
+(docs/security.md#profiles-and-modes, docs/security.md#principals): bearer tokens, principals kept apart,
+profiles, workspaces, Host checks, and
 tokens that never leak."""
 
 from __future__ import annotations

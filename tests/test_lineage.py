@@ -1,4 +1,5 @@
-"""A front-end's parent execution (R24) is looked up once it can be certain: a guardian that
+"""A front-end's parent execution (docs/tools.md#trees-and-parents) is looked up once it can be certain: a
+guardian that
 could not be asked leaves "no parent" open, and a later lookup finds the parent."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The architect sandbox and a mode change's fresh shell (R27), through the real MCP client,
+"""The architect sandbox and a mode change's fresh shell (docs/security.md#profiles-and-modes), through the
+real MCP client,
 a real guardian and real shells. The sandbox is tested past the command check: input is
 sent straight to the guardian, checked against the thread's mode, as a checker bug would
 let it through."""

@@ -1,4 +1,5 @@
-"""Thread modes through the real MCP client and a real guardian (R27): what each mode runs,
+"""Thread modes through the real MCP client and a real guardian (docs/security.md#profiles-and-modes): what
+each mode runs,
 what it refuses (naming segment and rule, typing nothing), and that the mode outlives the
 front-end."""
 

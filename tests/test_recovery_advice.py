@@ -1,4 +1,4 @@
-"""R14 recovery advice for agent launches."""
+"""docs/tools.md#recovery-advice recovery advice for agent launches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Bad input is refused whole, never altered, and starts nothing (issue 12, R29).
+"""Bad input is refused whole, never altered, and starts nothing (issue 12,
+docs/security.md#local-permissions-and-limits).
 
 NUL bytes and out-of-range integers are ``invalid_request`` on both sides of the wire; a
 workspace too broad to be one (``/``, the home directory) is ``workspace_too_broad``; every

@@ -1,4 +1,4 @@
-"""Retention limits on a real catalog and journals, with a driven clock (R17)."""
+"""Retention limits on a real catalog and journals, with a driven clock (docs/tools.md#retention)."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def _sweep(retention: Retention, protect: set[str]) -> bool:
 def test_a_sweep_drops_expired_records_of_every_thread(tmp_path: Path) -> None:
     """Expiry reaches threads that see no command and no listing (an abandoned thread kept
     its records for ever): a sweep reads the whole catalog, a batch per loop turn, and keeps
-    what R17 keeps."""
+    what docs/tools.md#retention keeps."""
     paths = GuardianPaths("k", tmp_path / "run", tmp_path / "state")
     paths.journals.mkdir(parents=True)
     clock = FakeClock()

@@ -1,4 +1,5 @@
-"""Size limits are enforced whole, in the unit the SPEC names, before anything happens (R29).
+"""Size limits are enforced whole, in the unit the docs name, before anything happens
+(docs/security.md#local-permissions-and-limits).
 
 Sizes of what reaches a terminal or a process are UTF-8 bytes; a refusal is
 ``limit_exceeded`` naming the field, the size, the limit and what to do instead, and leaves
@@ -153,7 +154,8 @@ async def test_a_launch_that_cannot_spawn_is_unknown_with_its_reason(
     record = (await agent(client, session, {"action": "get",
                                             "target": failed["data"]["execution_id"]}))["data"]
     agent_record = record["agent"]
-    assert agent_record["status"] == "unknown", agent_record  # no exit was observed (R13)
+    # no exit was observed (docs/tools.md#unknown-is-not-success)
+    assert agent_record["status"] == "unknown", agent_record
     assert agent_record["exit_code"] is None
     assert agent_record["reason"].startswith("spawn_failed: ")
     assert agent_record["agent_state"] == "error"

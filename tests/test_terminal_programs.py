@@ -1,4 +1,4 @@
-"""Real programs in real PTYs, through the MCP client: screens are right (issue 5, R19)."""
+"""Real programs in real PTYs, through the MCP client: screens are right (issue 5, docs/tools.md#screens)."""
 
 from __future__ import annotations
 

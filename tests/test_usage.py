@@ -1,4 +1,5 @@
-"""The usage log (R30) of a real session, and ``tether report`` over it and over bad logs."""
+"""The usage log (docs/person.md#usage-log) of a real session, and ``tether report`` over it and over bad
+logs."""
 
 from __future__ import annotations
 

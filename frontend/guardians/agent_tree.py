@@ -1,4 +1,5 @@
-"""Archive across workspaces (SPEC R24), shared by the Agent tool and ``tether agents``.
+"""Archive across workspaces (docs/tools.md#trees-and-parents), shared by the Agent tool and ``tether
+agents``.
 
 The guardian of the archived agent's workspace archives its subtree in one catalog
 transaction. Children that live in *other* workspaces are in other guardians' catalogs: they

@@ -1,6 +1,7 @@
 """Why a live guardian does not answer, in words a person can act on.
 
-A guardian whose identity checks out (same pid, create time and boot, R10) but that does not
+A guardian whose identity checks out (same pid, create time and boot, docs/protocol.md#identity) but that
+does not
 answer is ``guardian_unresponsive``: stopped (SIGSTOP, Ctrl-Z), overloaded, or unreachable
 because its socket file is gone. That is different from ``guardian_start_failed`` (a start
 was attempted and failed) and calls for a different remedy; nothing is started either way.

@@ -1,4 +1,4 @@
-"""Which Tether execution is this front-end running inside? (SPEC R24)
+"""Which Tether execution is this front-end running inside? (docs/tools.md#trees-and-parents)
 
 An agent that uses Tether itself starts a front-end from inside its own terminal. Every
 agent that front-end launches is stamped with that execution as its parent:

@@ -1,4 +1,5 @@
-"""Finding, starting and validating the guardian of a workspace (SPEC R2, R3, R10, R12).
+"""Finding, starting and validating the guardian of a workspace (docs/protocol.md#guardians-one-per-key,
+docs/protocol.md#identity, docs/protocol.md#finding-a-guardian-and-recovery).
 
 The front-end keeps nothing on disk of its own. For a workspace it reads ``guardian.json``,
 checks the process identity (pid + create time + boot id), and handshakes. When the
@@ -192,7 +193,8 @@ class GuardianHandle:
 
     def require(self, capability: Capability | None, why: str = "", advice: str = "",
                 **data: Any) -> None:
-        """Refuse, before sending anything, a call this guardian cannot serve (R8). ``why``
+        """Refuse, before sending anything, a call this guardian cannot serve
+        (docs/protocol.md#versions-and-capabilities). ``why``
         says what of the call needs ``capability`` when the method alone does not, and
         ``advice`` what the caller can do short of an upgrade."""
         if capability is None or str(capability) in self.capabilities:
@@ -216,7 +218,8 @@ class GuardianHandle:
 
     def admit(self, method: Method[Any, Any], params: dict[str, Any]) -> None:
         """Every refusal due before ``method`` is sent: a capability the method or its params
-        need (R8), and a guardian that is stopped (it could not answer)."""
+        need (docs/protocol.md#versions-and-capabilities), and a guardian that is stopped (it could not
+        answer)."""
         self.require(method.capability)
         needed = params_capability(method.name, params)
         self.require(needed, "A detection page, or a recognizer's event, is a recognition "
@@ -527,7 +530,8 @@ def guardian_command() -> list[str]:
 
 def spawn_guardian(paths: GuardianPaths, principal: str, workspace_root: str,
                    protocol: str | None = None) -> subprocess.Popen[bytes]:
-    """Start a detached guardian: its own session, stdio to its log, umask 077 (R2)."""
+    """Start a detached guardian: its own session, stdio to its log, umask 077
+    (docs/protocol.md#guardians-one-per-key)."""
     argv = [*guardian_command(), workspace_root, "--principal", principal]
     if protocol:
         argv += ["--protocol", protocol]

@@ -106,7 +106,8 @@ def _stop_by_signal(ident: ProcessIdentity) -> str:
 
 def _paths(config: Config, root: str, principal: str) -> GuardianPaths | None:
     """The paths of the guardian of ``root`` (canonical) for ``principal``, checked as a
-    guardian checks them (R1); None when no guardian was ever started for it here: looking
+    guardian checks them (docs/security.md#state-and-runtime-directories); None when no guardian was ever
+    started for it here: looking
     creates nothing."""
     key = guardian_key(principal, root)
     if not (config.runtime_dir / key).is_dir() and not (config.state_home / "guardians" / key).is_dir():
@@ -120,7 +121,8 @@ def _clear_stale(paths: GuardianPaths | None, root: str) -> tuple[bool, str]:
 
     Under the start lock the front-end takes to start a guardian (so none is being started
     meanwhile), the file is read again, and removed only when the process it names is gone
-    (pid, create time and boot: never a pid alone, R10) and no process holds guardian.lock
+    (pid, create time and boot: never a pid alone, docs/protocol.md#identity) and no process holds
+    guardian.lock
     (which every running guardian holds). The catalog is only read: the dead guardian's
     records still marked running become unknown (guardian_lost) when the next guardian of
     ``root`` starts, and ``tether ls`` and ``show`` already show them so.

@@ -1,4 +1,4 @@
-"""``tether agents``: a person's view of a workspace's managed agents (SPEC R24).
+"""``tether agents``: a person's view of a workspace's managed agents (docs/tools.md#trees-and-parents).
 
 ``list`` shows the agents and their tree; ``detach ID`` is the person's gesture that makes a
 subagent a root agent (it clears the parent and every open label, nothing else: the agent

@@ -140,7 +140,8 @@ async def guardians(config: Config, workspace: str | None = None, *,
                     clock: Clock | None = None) -> AsyncIterator[list[Found]]:
     """Connect to every live guardian (of ``workspace`` only, when given); close on exit."""
     clock = clock or Clock()
-    ensure_private_dir(config.runtime_dir, what="runtime dir")  # refuse an unsafe dir (R1)
+    # refuse an unsafe dir (docs/security.md#state-and-runtime-directories)
+    ensure_private_dir(config.runtime_dir, what="runtime dir")
     root = canonical_workspace(workspace) if workspace else None
     locator = GuardianLocator(config)
     found: list[Found] = []

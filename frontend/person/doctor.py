@@ -37,7 +37,7 @@ from tether.shared.store.view import catalog_figures
 
 PACKAGES = ("tether", "mcp", "pyzmq", "msgpack", "ptyprocess", "pyte", "pydantic", "filelock",
             "psutil", "wcwidth")
-#: Retention limits (SPEC R17), to compare what is on disk with.
+#: Retention limits (docs/tools.md#retention), to compare what is on disk with.
 
 
 @dataclass
@@ -86,7 +86,8 @@ class Doctor:
     # -- directories -----------------------------------------------------------------------
 
     def private_dir(self, path: Path, what: str, variable: str) -> bool:
-        """Owner and mode of a directory that must be 0700 (R1); True when it exists."""
+        """Owner and mode of a directory that must be 0700 (docs/security.md#state-and-runtime-directories);
+        True when it exists."""
         try:
             st = path.lstat()
         except FileNotFoundError:
@@ -191,7 +192,8 @@ class Doctor:
         lacks = sorted(str(c) for c in capabilities_for(latest) - capabilities_for(handle.version))
         if handle.version < latest:
             # Not merely a warning: what it lacks is refused (capability_missing), and only a
-            # restart gives it (R8). Guardians outlive upgrades, so this is the place to say it.
+            # restart gives it (docs/protocol.md#versions-and-capabilities). Guardians outlive upgrades, so
+            # this is the place to say it.
             self.add("action", f"guardian of {workspace} (pid {info.get('pid')}) speaks protocol "
                      f"{handle.version}, older than this Tether's {latest}: it lacks "
                      f"{', '.join(lacks)}, so calls that need them are refused "
@@ -203,7 +205,7 @@ class Doctor:
         self._sizes(paths, str(workspace), restart)
 
     def _sizes(self, paths: GuardianPaths, workspace: str, restart: str) -> None:
-        """Catalog and journals on disk against the retention limits (R17)."""
+        """Catalog and journals on disk against the retention limits (docs/tools.md#retention)."""
         catalog_bytes = sum(p.stat().st_size for p in paths.state.glob("catalog.sqlite3*"))
         try:
             figures = catalog_figures(paths.catalog, THREAD_MAX_RECORDS)

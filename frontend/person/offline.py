@@ -4,7 +4,8 @@
 A guardian keeps its catalog and output journals on disk, so a record outlives it. When no
 running guardian holds an execution, its record and retained output are read from there,
 read-only: nothing is started, written or reconciled by looking (the next guardian of that
-workspace marks the record; R12, R13). A record that still
+workspace marks the record; docs/protocol.md#finding-a-guardian-and-recovery,
+docs/tools.md#unknown-is-not-success). A record that still
 says ``running`` was left so by a guardian that is gone: nobody saw its end, so it is shown
 the way reconciliation will record it, ``unknown`` (``guardian_lost``), and says so.
 """
@@ -36,7 +37,8 @@ _AGENT_ONLY = (*(name for name, _ in AGENT_COLUMNS), "parent_workspace")
 
 def status_now(status: str) -> str:
     """What a status read from the catalog of a guardian that is gone stands for: one that
-    is not terminal was left so by that guardian, so its end was never seen (R13)."""
+    is not terminal was left so by that guardian, so its end was never seen
+    (docs/tools.md#unknown-is-not-success)."""
     return status if status in TERMINAL_STATUSES else "unknown"
 
 

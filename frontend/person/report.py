@@ -1,4 +1,4 @@
-"""``tether report``: summarise a usage log (SPEC R30) per tool, action and backend.
+"""``tether report``: summarise a usage log (docs/person.md#usage-log) per tool, action and backend.
 
 Rules, after the seed's "Workflow telemetry" and "Usage metrics":
 

@@ -1,4 +1,5 @@
-"""Who may do what (R27, R28): callers, profiles, tools, workspaces, and the Agent actions.
+"""Who may do what (docs/security.md#profiles-and-modes, docs/security.md#principals): callers, profiles,
+tools, workspaces, and the Agent actions.
 
 A :class:`Caller` is the authenticated principal of one MCP request: ``local`` over stdio,
 ``http:<id>`` over streamable HTTP. Its profile (or an explicit ``allow_tools``) decides the

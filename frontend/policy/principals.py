@@ -1,7 +1,8 @@
-"""The principals file of ``tether serve --http`` (R28): who may connect, with which token.
+"""The principals file of ``tether serve --http`` (docs/security.md#principals): who may connect, with which
+token.
 
 A TOML file, private to its owner like every Tether file (0600, owned by the user running
-the server: R1), with one ``[[principal]]`` table per principal::
+the server: docs/security.md#state-and-runtime-directories), with one ``[[principal]]`` table per principal::
 
     [[principal]]
     id = "alice"                  # becomes the principal key http:alice

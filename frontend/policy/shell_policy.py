@@ -1,4 +1,5 @@
-"""Command lines under a restricted mode (R27): parse with a real shell parser, check every
+"""Command lines under a restricted mode (docs/security.md#profiles-and-modes): parse with a real shell
+parser, check every
 segment, and say which segment broke which rule.
 
 The line is parsed by bashlex (a port of bash's own grammar), never by regexes. Every simple

@@ -1,4 +1,5 @@
-"""The managed-agent actions of the ``Agent`` tool (SPEC §8, capability ``agent_lifecycle``).
+"""The managed-agent actions of the ``Agent`` tool (docs/tools.md#managed-agents, capability
+``agent_lifecycle``).
 
 ``launch``, ``close``, ``resume``, ``archive``, ``unarchive``, ``cancel``, ``label``,
 ``notifications``, ``list`` and ``get`` of managed agents, and ``wait`` for event

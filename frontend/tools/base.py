@@ -50,7 +50,7 @@ class Session:
     lineage (looked up on first use, and kept once certain).
 
     The locator is the caller's own (guardians are keyed by principal), so nothing a call
-    does can reach another principal's guardians, records, threads or cursors (R28).
+    does can reach another principal's guardians, records, threads or cursors (docs/security.md#principals).
     """
 
     locator: GuardianLocator

@@ -1,4 +1,5 @@
-"""Thread modes in the front-end (R27): read and change a thread's mode, and check every
+"""Thread modes in the front-end (docs/security.md#profiles-and-modes): read and change a thread's mode, and
+check every
 action that could type something against it before anything is sent.
 
 The mode lives on the thread in the guardian's catalog (``thread.mode``/``thread.set_mode``)

@@ -1,6 +1,6 @@
 """What each tool returns: every tool's ``outputSchema`` and the shapes of its ``data``.
 
-Every result is ``{ok, status, code?, message?, data}`` (SPEC §6). ``data`` is one of the
+Every result is ``{ok, status, code?, message?, data}`` (docs/tools.md). ``data`` is one of the
 tool's shapes on success and the error's detail on failure. The schema validates the envelope
 and *names* the shapes of ``data`` in ``data``'s description, field by field, without making
 clients validate them:
@@ -161,7 +161,7 @@ def output_schema(*shapes: type) -> dict[str, Any]:
     described = "; ".join(describe(shape) for shape in shapes)
     return {
         "type": "object",
-        "description": "The structured content of every tool result (SPEC §6).",
+        "description": "The structured content of every tool result (docs/tools.md).",
         "properties": {
             "ok": {"type": "boolean"},
             "status": {"type": "string"},

@@ -1,4 +1,5 @@
-"""``tether serve --http``: the MCP server over the SDK's streamable HTTP transport (R28).
+"""``tether serve --http``: the MCP server over the SDK's streamable HTTP transport
+(docs/security.md#principals).
 
 Everything HTTP is the MCP SDK's: the streamable HTTP app (endpoint ``/mcp``), bearer
 authentication through a :class:`TokenVerifier` (a missing or wrong token is 401 before
@@ -105,14 +106,15 @@ def build_app(config: Config, principals: Principals, options: HttpOptions) -> S
     return app
 
 
-#: What may surround a header value and is not part of it (RFC 9110 §5.5: OWS is SP / HTAB).
+#: What may surround a header value and is not part of it (RFC 9110 docs/tools.md#records.5: OWS is SP /
+#: HTAB).
 _OWS = b" \t"
 
 
 class TrimmedHeaders:
     """ASGI middleware: every request header's value without the spaces and tabs around it.
 
-    RFC 9110 §5.5 says whitespace around a field value is not part of it, and h11 strips
+    RFC 9110 docs/tools.md#records.5 says whitespace around a field value is not part of it, and h11 strips
     it; uvicorn's httptools parser strips only the leading side, so ``Mcp-Session-Id:
     abc  `` named no session (404) and a bearer token with a trailing tab was a wrong
     token (401). Trimmed here, once, for every header any layer reads."""

@@ -48,7 +48,8 @@ def build_server(
 
     Over stdio every request is ``principal`` (``local``, with the tools of ``local``). Over HTTP,
     ``callers`` names the principal of each request; a request it cannot name is refused.
-    Each principal gets its own guardian locator: guardians are keyed by principal (R2, R28).
+    Each principal gets its own guardian locator: guardians are keyed by principal
+    (docs/protocol.md#guardians-one-per-key, docs/security.md#principals).
     """
     config = config or Config.from_env()
     fixed = local if principal == "local" else Caller(principal, "full", PROFILES["full"])
@@ -58,7 +59,7 @@ def build_server(
     tools = {tool.name: tool for tool in all_tools()}
     # Built once: generating the JSON schemas costs milliseconds per tools/list.
     definitions = {name: tool.definition() for name, tool in tools.items()}
-    usage = UsageLog.from_env()  # R30: every call is recorded in one place, here
+    usage = UsageLog.from_env()  # docs/person.md#usage-log: every call is recorded in one place, here
 
     sessions: dict[Caller, Session] = {}
 
@@ -100,7 +101,8 @@ def build_server(
                 visible = [name for name in tools if name in caller.tools]
                 raise MCPError(types.INVALID_PARAMS,
                                f"unknown tool {params.name!r}; tools: {', '.join(visible)}")
-            caller.check_tool(tool.name)  # checked at call as well as at list (R27)
+            # checked at call as well as at list (docs/security.md#profiles-and-modes)
+            caller.check_tool(tool.name)
         except TetherError as err:
             return replies.error(err)
         session = session_for(caller)

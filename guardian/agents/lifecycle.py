@@ -1,4 +1,5 @@
-"""The managed-agent lifecycle (SPEC §8): launch, close, resume, cancel, label, list, get.
+"""The managed-agent lifecycle (docs/tools.md#managed-agents): launch, close, resume, cancel, label, list,
+get.
 
 Every state change goes through :meth:`AgentLifecycle.apply`, which turns a persisted
 transition into its consequences: waiters woken, a notice typed into a managed parent,
@@ -228,7 +229,8 @@ class AgentLifecycle:
 
     def _start(self, record: dict[str, Any], argv: list[str], generation: int) -> None:
         """Spawn the runtime; a program that cannot start leaves the agent in ``error``, its
-        record ``unknown`` with reason ``spawn_failed`` (no exit was observed: R13, as for a
+        record ``unknown`` with reason ``spawn_failed`` (no exit was observed:
+        docs/tools.md#unknown-is-not-success, as for a
         background command that cannot start)."""
         execution_id = record["execution_id"]
         try:
@@ -256,7 +258,8 @@ class AgentLifecycle:
     # -- close / resume --------------------------------------------------------------------
 
     async def close(self, request: Request, params: AgentTargetParams) -> AgentResult:
-        """Release the process; keep the record, its labels, parent and history (R26)."""
+        """Release the process; keep the record, its labels, parent and history
+        (docs/tools.md#close-resume-archive)."""
         record = self.agent(params, params.execution_id)
         if self.runtimes.live(params.execution_id) is not None:
             await self.runtimes.stop([params.execution_id], Stopping("closed", "closed"))
@@ -307,7 +310,8 @@ class AgentLifecycle:
         ))
 
     async def _cancel(self, params: AgentCancelParams) -> dict[str, Any]:
-        """Press the program's interrupt; the state changes only on its acknowledgement (R25)."""
+        """Press the program's interrupt; the state changes only on its acknowledgement
+        (docs/tools.md#deaths-cancel-and-notices)."""
         execution_id = params.execution_id
         self.agent(params, execution_id)
         live = self.runtimes.live(execution_id)

@@ -1,11 +1,13 @@
-"""Durable finish notices (SPEC R25): reading them, waiting for them, and typing them into a
+"""Durable finish notices (docs/tools.md#deaths-cancel-and-notices): reading them, waiting for them, and
+typing them into a
 managed parent.
 
 Rows are written by the agent store in the same transaction as the event that causes them,
 so they exist exactly once and survive restarts of front-end and guardian. Reading is
 ``agent.notifications`` (with an optional wait: ``Agent.wait`` event ``notification``).
 When the parent is a managed agent of this guardian, each notice is also typed into its
-terminal as a prompt with ``prompt_id = "notify-<id>"`` through the prompt desk (R21/R22):
+terminal as a prompt with ``prompt_id = "notify-<id>"`` through the prompt desk (docs/tools.md#prompts,
+docs/tools.md#once-only):
 only when the parent awaits input with an empty input box (a draft there is never typed
 into: the notice waits), once only — a repeat of that prompt id types nothing — and
 pending until then.
@@ -98,7 +100,7 @@ class NoticeDesk:
             try:
                 await self.prompts.prompt(None, params)
             except TetherError as err:
-                # Busy, or a draft in its box (never typed into, R32): pending, no news.
+                # Busy, or a draft in its box (never typed into, docs/tools.md#drafts): pending, no news.
                 if err.code not in (ErrorCode.INPUT_NOT_READY, ErrorCode.INPUT_NOT_EMPTY):
                     log.warning("notice %s for %s not delivered: %s", notice["id"], parent_id, err)
                 if err.data.get("input_sent") is False:

@@ -1,12 +1,14 @@
-"""Managed agents' runtimes: their own PTYs, their exits, and the state watch (R23, R25).
+"""Managed agents' runtimes: their own PTYs, their exits, and the state watch (docs/tools.md#agent-states,
+docs/tools.md#deaths-cancel-and-notices).
 
 An agent runs its argv directly (no shell) in a PTY of its own, with Tether's environment
-stamp (R24). Its output goes to the execution's journal and lazy screen like a background
+stamp (docs/tools.md#trees-and-parents). Its output goes to the execution's journal and lazy screen like a
+background
 command's. The guardian's turn watch (``watch``) looks at its screen as output settles; each
 look moves the state (``awaiting_input`` -> idle, ``busy``/``awaiting_approval`` -> running)
 in the same step as it writes the turn log, so the two never disagree; the
 runtime's exit moves it to ``closed`` when Tether closed it on purpose, else to ``error`` —
-also between turns, when nothing else is looking (R25).
+also between turns, when nothing else is looking (docs/tools.md#deaths-cancel-and-notices).
 """
 
 from __future__ import annotations
@@ -143,7 +145,8 @@ class AgentRuntimes:
 
     def _exited(self, live: LiveExecution, status: ExitStatus) -> None:
         # Not stopped by Tether: the program died or quit on its own, also between turns,
-        # when no turn is watching — that is an error, never a quiet idle (R25).
+        # when no turn is watching — that is an error, never a quiet idle
+        # (docs/tools.md#deaths-cancel-and-notices).
         stopping = self._stopping.pop(live.execution_id, None) or Stopping(
             "error", f"runtime_exited: {_describe(status)}")
         self._rt.finisher.finish(live, status.shell_style_code, reason=stopping.reason)

@@ -1,4 +1,5 @@
-"""What a managed agent's provider runs at launch and at resume (SPEC §8, R26).
+"""What a managed agent's provider runs at launch and at resume (docs/tools.md#managed-agents,
+docs/tools.md#close-resume-archive).
 
 ``command`` runs its ``argv`` (no shell) and reruns it on resume. ``claude``, ``codex`` and
 ``opencode`` know their command lines: Claude Code gets ``--session-id <uuid>`` (a fresh one
@@ -6,7 +7,7 @@ Tether chooses) so the conversation can be resumed with ``claude --resume <uuid>
 resumes with ``codex resume <uuid>``. A resume keeps every other argument of the launch
 (``--model``, ``--mcp-config``, ``--permission-mode``, ...) and replaces only the words that
 choose the conversation; a prompt given on the launch line is not sent again
-(``resume_words``). When only the launch line names the conversation, the R14
+(``resume_words``). When only the launch line names the conversation, the docs/tools.md#recovery-advice
 recovery-advice parser reads it from there.
 """
 

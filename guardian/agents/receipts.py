@@ -1,4 +1,5 @@
-"""Prompt delivery with receipts (SPEC R21, R22): once only, provably, never resent.
+"""Prompt delivery with receipts (docs/tools.md#prompts, docs/tools.md#once-only): once only, provably, never
+resent.
 
 A prompt is typed only when the target's recognizer says ``awaiting_input``. Before a byte
 is typed the receipt is persisted as in progress (``delivered: "unknown"``, reason
@@ -256,7 +257,7 @@ class PromptDesk:
                                  self._notifier)
 
     def _looks_like_marker(self, text: str, recognizer: str) -> bool:
-        """R22: text that itself reads as work or approval can never prove activity."""
+        """docs/tools.md#once-only: text that itself reads as work or approval can never prove activity."""
         try:
             state = recognize(ScreenView.from_text(text), recognizer).state
         except UnknownRecognizerError:

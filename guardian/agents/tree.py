@@ -1,4 +1,5 @@
-"""Agent trees (SPEC R24): archive with its cascade, unarchive, detach, and parentage by
+"""Agent trees (docs/tools.md#trees-and-parents): archive with its cascade, unarchive, detach, and parentage
+by
 process ancestry.
 
 Archive is a soft delete that cascades: the agent and its children, recursively, are
@@ -64,7 +65,7 @@ class Tree:
                 "detached": cascade.detached, "workspace_root": self._rt.scope.workspace_root}
 
     async def unarchive(self, request: Request, params: AgentTargetParams) -> AgentResult:
-        """Clear ``archived_at``, then resume (R26)."""
+        """Clear ``archived_at``, then resume (docs/tools.md#close-resume-archive)."""
         record = self.life.agent(params, params.execution_id)
         if record["archived_at"] is None:
             raise TetherError(ErrorCode.INVALID_STATE,

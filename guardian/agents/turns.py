@@ -1,4 +1,5 @@
-"""Turn recognition over live executions: ``exec.explain`` and ``exec.wait_turn`` (R20)."""
+"""Turn recognition over live executions: ``exec.explain`` and ``exec.wait_turn``
+(docs/tools.md#recognizers)."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ class Turns:
 
         An end is ``exited`` only when it was observed; an execution whose end nobody saw (its
         guardian was lost: the process may even live on) is ``unknown``, as its record says
-        (R13), never taken for an exit because this guardian does not hold it."""
+        (docs/tools.md#unknown-is-not-success), never taken for an exit because this guardian does not hold
+        it."""
         self._scope.thread_for(params)
         record = self._scope.record_for(params, params.execution_id)
         live = self._live.get(params.execution_id)

@@ -1,4 +1,5 @@
-"""At most once per idempotency key (R9): the ledger in front of every delivering method."""
+"""At most once per idempotency key (docs/protocol.md#deadlines-and-the-guardian-instance): the ledger in
+front of every delivering method."""
 
 from __future__ import annotations
 

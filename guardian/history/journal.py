@@ -1,4 +1,4 @@
-"""Output journals: raw PTY bytes per execution, with absolute byte offsets (SPEC R17).
+"""Output journals: raw PTY bytes per execution, with absolute byte offsets (docs/tools.md#retention).
 
 A journal is a short chain of segment files named ``<execution_id>.<base>.seg`` where
 ``base`` is the absolute offset of the segment's first byte. Appends go to the newest

@@ -1,4 +1,4 @@
-"""Where a page of output may end (SPEC §6 read: pages end on UTF-8 boundaries).
+"""Where a page of output may end (docs/tools.md read: pages end on UTF-8 boundaries).
 
 A page is a raw journal range whose text is rendered on its own (``render_output``). Cut in
 the middle of a UTF-8 character, the halves render as U+FFFD; cut in the middle of an escape

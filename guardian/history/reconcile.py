@@ -1,6 +1,8 @@
-"""Reconciliation after a guardian loss (SPEC R12, R13): records whose end was not observed
+"""Reconciliation after a guardian loss (docs/protocol.md#finding-a-guardian-and-recovery,
+docs/tools.md#unknown-is-not-success): records whose end was not observed
 become ``unknown`` (reason ``guardian_lost``, no exit code), prompt receipts whose typing
-had not finished say their delivery is ``unknown`` (R21, R22), and processes that outlived
+had not finished say their delivery is ``unknown`` (docs/tools.md#prompts, docs/tools.md#once-only), and
+processes that outlived
 their guardian are reported, never adopted.
 
 The guardian that replaces a dead one runs it before it answers anything (``rpc/daemon``):
@@ -18,7 +20,7 @@ from tether.shared.segments import journal_figures
 from tether.shared.store.agent_table import AgentStore
 from tether.shared.store.catalog import Catalog
 
-#: The environment marks of every process Tether starts (R24).
+#: The environment marks of every process Tether starts (docs/tools.md#trees-and-parents).
 THREAD_MARK = "TETHER_THREAD_ID"
 EXECUTION_MARK = "TETHER_EXECUTION_ID"
 
@@ -53,7 +55,7 @@ def reconcile_lost(
                            "receipts_unknown": unfinished[execution_id]})
             continue
         # A managed agent whose runtime went with its guardian is in error, with an event
-        # (and its parent's notification), never silently idle (R25).
+        # (and its parent's notification), never silently idle (docs/tools.md#deaths-cancel-and-notices).
         agents.runtime_lost(execution_id, "guardian_lost")
         entry: dict[str, Any] = {"execution_id": execution_id}
         figures = journal_figures(journals, execution_id)

@@ -32,7 +32,7 @@ RESULT_TAIL_CHARS = 16 * 1024
 
 #: Internal catalog columns that are not part of the record contract.
 _HIDDEN = ("seq", "change_seq")
-#: The managed-agent fields (SPEC §8) belong on agent records only.
+#: The managed-agent fields (docs/tools.md#managed-agents) belong on agent records only.
 _HIDDEN_UNLESS_AGENT = (*_HIDDEN, *(name for name, _ in AGENT_COLUMNS), "parent_workspace")
 
 

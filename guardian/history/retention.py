@@ -1,4 +1,4 @@
-"""Retention of execution records and their output (SPEC R17).
+"""Retention of execution records and their output (docs/tools.md#retention).
 
 Per thread: at most 128 records and 16 MiB of output + screen text; terminal records expire
 24 h after they became terminal. Pruning is lazy (it runs inside catalog operations),
@@ -172,7 +172,8 @@ class Retention:
 
     @staticmethod
     def _evictable(row: Mapping[str, Any], protect: Set[str]) -> bool:
-        # A managed agent stays until it is archived: closed agents are resumable (R26).
+        # A managed agent stays until it is archived: closed agents are resumable
+        # (docs/tools.md#close-resume-archive).
         if row["kind"] == "agent" and row["archived_at"] is None:
             return False
         return row["status"] in TERMINAL_STATUSES and row["execution_id"] not in protect

@@ -1,4 +1,5 @@
-"""The guardian process: lock, bind, announce, serve, and exit cleanly (SPEC R2-R4).
+"""The guardian process: lock, bind, announce, serve, and exit cleanly
+(docs/protocol.md#guardians-one-per-key).
 
 Order matters: the exclusive lock is taken before the socket is bound (a second ZeroMQ bind
 to an ipc path silently steals the endpoint), and ``guardian.json`` is written only once the
@@ -93,7 +94,7 @@ class Guardian:
         """Run in the foreground until SIGTERM, shutdown, or idleness. Returns an exit code."""
         # A plain flock(2) on guardian.lock, as the filelock package takes it on Unix (and as
         # `tether doctor` reads it from /proc/locks), without importing that package into
-        # the guardian (about 1 MB resident; SPEC §11 idle RSS). The descriptor is not
+        # the guardian (about 1 MB resident; docs/development.md#benchmarks idle RSS). The descriptor is not
         # inherited by the shells (os.open makes it close-on-exec); the kernel drops the lock
         # if this process dies.
         fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -186,7 +187,8 @@ class Guardian:
         self.paths.socket.unlink(missing_ok=True)
 
     def _announce(self, identity: ProcessIdentity, auth: str) -> None:
-        """Write guardian.json (0600): identity, endpoint, protocol, capabilities, token (R3)."""
+        """Write guardian.json (0600): identity, endpoint, protocol, capabilities, token
+        (docs/protocol.md#guardians-one-per-key)."""
         info: dict[str, Any] = {
             "instance_id": self.instance_id,
             **identity.to_dict(),
@@ -243,7 +245,8 @@ class Guardian:
             bound = _file_id(self.paths.socket)
 
     async def _idle_watch(self, runtime: Runtime) -> None:
-        """Exit after the idle period with no request and no running execution (R4)."""
+        """Exit after the idle period with no request and no running execution
+        (docs/protocol.md#guardians-one-per-key)."""
         idle_s = self.config.guardian_idle_s
         while True:
             await asyncio.sleep(min(max(idle_s / 4, 0.05), 60.0))

@@ -1,4 +1,4 @@
-"""Giving freed memory back once the guardian goes quiet (SPEC §11: idle RSS ≤ 40 MB).
+"""Giving freed memory back once the guardian goes quiet (docs/development.md#benchmarks: idle RSS ≤ 40 MB).
 
 Python frees objects into glibc's heap, which keeps the pages: after a burst of requests
 (or start-up's imports) the resident size stays at its peak. ``malloc_trim`` returns the

@@ -1,7 +1,8 @@
 """The guardian's RPC surface: one handler per method, registered in one table.
 
 :meth:`GuardianService.handle_frame` is the only entry point from the socket. It decodes
-with limits, checks auth, version, capability, target instance and deadline (R6-R9) before
+with limits, checks auth, version, capability, target instance and deadline (docs/protocol.md#envelope,
+docs/protocol.md#deadlines-and-the-guardian-instance) before
 any handler runs, so a refused request never acts.
 """
 
@@ -171,7 +172,8 @@ class GuardianService:
             self._handlers.update(side.handlers())
         unknown = set(self._handlers) - set(METHODS)
         assert not unknown, f"handlers for methods the table does not declare: {unknown}"
-        # The agent lifecycle (and the modules behind it, about 0.4 MB resident; SPEC §11
+        # The agent lifecycle (and the modules behind it, about 0.4 MB resident;
+        # docs/development.md#benchmarks
         # idle RSS) is built on the first method that needs it: a guardian that only runs
         # commands never loads it. Every method left is the lifecycle's.
         self._desk = desk
@@ -219,7 +221,7 @@ class GuardianService:
             params = self._admit(request)
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
-            # Expired records of every thread, not only the threads in use (R17): lazily,
+            # Expired records of every thread, not only the threads in use (docs/tools.md#retention): lazily,
             # a sweep at most every second or so, in batches after this request.
             self._rt.retention.sweep_soon(self._rt.live.protected)
             if request.method not in IMMEDIATE and request.method not in EAGER:
@@ -244,7 +246,8 @@ class GuardianService:
             return codec.encode(error_response(self.version, rid, internal))
 
     def _admit(self, request: Request) -> Params:
-        """Every check that must pass before a handler may act (R6-R9)."""
+        """Every check that must pass before a handler may act (docs/protocol.md#envelope,
+        docs/protocol.md#deadlines-and-the-guardian-instance)."""
         if not hmac.compare_digest(request.auth.encode(), self._auth):
             raise TetherError(ErrorCode.UNAUTHORIZED, "bad auth token")
         if request.version.major != MAJOR:
@@ -298,7 +301,7 @@ class GuardianService:
     # -- handlers --------------------------------------------------------------------------
 
     async def hello(self, request: Request, params: HelloParams) -> HelloResult:
-        """Handshake (R7): version chosen, identity, capabilities."""
+        """Handshake (docs/protocol.md#handshake): version chosen, identity, capabilities."""
         key = (params.client_min, params.client_max)
         known = self._hellos.get(key)
         if known is not None:

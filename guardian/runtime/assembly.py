@@ -96,7 +96,8 @@ class Runtime:
         return bool(self.live) or self.threads.any_busy()
 
     async def shutdown(self, grace_s: float = 2.0, *, reason: str = GUARDIAN_STOPPED) -> None:
-        """Hang up every runtime, record what ended, mark the rest unknown (R4). ``reason``:
+        """Hang up every runtime, record what ended, mark the rest unknown
+        (docs/protocol.md#guardians-one-per-key). ``reason``:
         why the shells end, told by the shells that replace them (``threads``)."""
         self.retention.cancel()
         self.threads.hangup_all(reason)

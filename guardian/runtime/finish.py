@@ -38,7 +38,7 @@ from tether.shared.store.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
-#: Screen text kept on a record when its runtime ends (R17).
+#: Screen text kept on a record when its runtime ends (docs/tools.md#retention).
 SCREEN_TEXT_LIMIT = 64 * 1024
 #: How often writes the disk refused are tried again.
 RETRY_S = 0.5

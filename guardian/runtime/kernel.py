@@ -385,7 +385,8 @@ async def end_sessions(leaders: Iterable[int], grace_s: float) -> list[int]:
 def processes_marked(name: str, value: str, *, unless: str) -> list[int]:
     """Live processes whose environment has ``name=value`` but no variable ``unless``.
 
-    Tether marks every process it starts with its thread (R24); a process that left its
+    Tether marks every process it starts with its thread (docs/tools.md#trees-and-parents); a process that
+    left its
     session (``setsid``) can still be found by that mark, though not stopped by a hangup.
     """
     return sorted(pid for pid, found in process_marks((name, unless)).items()

@@ -230,7 +230,8 @@ class Launcher:
                 "parent_execution_id": params.parent_execution_id,
                 "rows": params.rows,
                 "cols": params.cols,
-                # R14: only a foreground launch can be advice for resuming a conversation.
+                # docs/tools.md#recovery-advice: only a foreground launch can be advice for resuming a
+                # conversation.
                 "recovery": recovery_advice(params.command) if kind == "command" else None,
             })
         live = LiveExecution(

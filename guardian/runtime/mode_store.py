@@ -1,4 +1,5 @@
-"""Thread modes (R27): the guardian keeps each thread's mode so it outlives front-ends.
+"""Thread modes (docs/security.md#profiles-and-modes): the guardian keeps each thread's mode so it outlives
+front-ends.
 
 The front-end enforces a mode (it parses the command line before anything is sent); the
 guardian stores it, returns it with the shell's cwd (``thread.mode``), and makes sure that

@@ -1,6 +1,7 @@
 """A change notifier: waiters sleep until something changes or their deadline passes.
 
-This is how long waits are answered without polling (R5): the PTY reader and exit watchers
+This is how long waits are answered without polling (docs/protocol.md#transport): the PTY reader and exit
+watchers
 notify; a waiting request wakes, re-checks its condition, and either answers or sleeps again.
 
 There are two channels, because output arrives thousands of times a second under load while

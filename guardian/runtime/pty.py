@@ -1,6 +1,6 @@
 """One child process in a real PTY, driven by the guardian's event loop.
 
-The reader only hands bytes on (SPEC R18): whoever owns the runtime appends them to a
+The reader only hands bytes on (docs/tools.md#screens): whoever owns the runtime appends them to a
 journal and a lazy screen. Exit is observed through a pidfd, so there is no polling and no
 SIGCHLD handler; ptyprocess stays the one reaper (NOTES: a second reaper breaks it).
 
@@ -43,7 +43,8 @@ READ_BURST = 256 * 1024
 #: Most time one reader wake-up spends reading. A PTY hands over a few kilobytes per read and
 #: each read lets the writer run again, so a full burst can take tens of milliseconds on a
 #: busy machine: past this budget the rest waits for the next wake-up (a loop iteration later),
-#: and requests queued meanwhile are answered first (the event loop never stalls, SPEC §11).
+#: and requests queued meanwhile are answered first (the event loop never stalls,
+#: docs/development.md#benchmarks).
 READ_BUDGET_S = 0.002
 #: After the runtime's process exits, how long other holders of the terminal (children it
 #: left behind) may keep writing before the exit is reported and the terminal closed.

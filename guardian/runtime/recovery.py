@@ -1,4 +1,4 @@
-"""Conversation recovery advice for agent launches (SPEC R14).
+"""Conversation recovery advice for agent launches (docs/tools.md#recovery-advice).
 
 Only a literal, direct foreground launch that names one conversation by UUID is an
 ``explicit_target``; a bare launch is ``best_effort``; everything else (extra flags,

@@ -1,4 +1,5 @@
-"""A kernel sandbox under the main shell of an ``architect`` thread (R27: no writes).
+"""A kernel sandbox under the main shell of an ``architect`` thread (docs/security.md#profiles-and-modes: no
+writes).
 
 The front-end's command check (``frontend/policy/shell_policy.py``) is the first line: it refuses
 what the mode does not allow before anything is typed. A parser can be wrong about what bash

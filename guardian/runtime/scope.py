@@ -55,7 +55,7 @@ class Scope:
     @staticmethod
     def visible(record: dict[str, Any], params: Scoped) -> bool:
         """A record of the caller's thread, or a managed agent of its workspace (agents
-        belong to the workspace, not to the thread that launched them: SPEC §8)."""
+        belong to the workspace, not to the thread that launched them: docs/tools.md#managed-agents)."""
         if record["principal"] != params.principal:
             return False
         if record["thread_id"] == params.thread_id:

@@ -211,7 +211,8 @@ class Threads:
 
     def env_for(self, thread_id: str, execution_id: str | None, *,
                 sandboxed: bool = False, architect: bool = False) -> dict[str, str]:
-        """Environment of every process Tether starts (R24); an architect thread's shell and
+        """Environment of every process Tether starts (docs/tools.md#trees-and-parents); an architect
+        thread's shell and
         jobs get git_guard's ``git`` first on PATH, with or without the kernel sandbox."""
         env = dict(self._base_env)
         env.update(
@@ -257,7 +258,8 @@ class Threads:
     async def reset(self, params: ResetShellParams) -> dict[str, Any]:
         """Replace the main shell: the old one's whole session is ended and reaped, the new
         one is generation + 1. A process of the old shell that survives (or escaped its
-        session) is reported as an orphan on the interrupted record, never adopted (R13)."""
+        session) is reported as an orphan on the interrupted record, never adopted
+        (docs/tools.md#unknown-is-not-success)."""
         return await self.replace_shell(self._scope.thread_for(params))
 
     async def replace_shell(self, thread: ThreadRow) -> dict[str, Any]:
@@ -293,7 +295,7 @@ class Threads:
         return self._shells.get(thread_id)
 
     def shells(self) -> list[MainShell]:
-        """Every live main shell (for parentage by process ancestry, R24)."""
+        """Every live main shell (for parentage by process ancestry, docs/tools.md#trees-and-parents)."""
         return list(self._shells.values())
 
     def cwd(self, thread_id: str, fallback: str) -> str:

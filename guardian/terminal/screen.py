@@ -1,4 +1,4 @@
-"""The terminal screen of one PTY: hardened pyte, emulated lazily (SPEC R18, R19).
+"""The terminal screen of one PTY: hardened pyte, emulated lazily (docs/tools.md#screens).
 
 The PTY reader calls :meth:`TerminalScreen.feed` for every chunk. Feeding only appends to a
 pending buffer and runs a C-speed search for terminal queries, so ``cat`` of a huge file never

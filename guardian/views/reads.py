@@ -1,4 +1,4 @@
-"""The read side of history: ``exec.read``, ``exec.observe`` and ``exec.wait`` (SPEC §6).
+"""The read side of history: ``exec.read``, ``exec.observe`` and ``exec.wait`` (docs/tools.md).
 
 Pages of ``output`` are raw journal ranges (offsets stay offsets into the raw journal) whose
 text is rendered for a model; pages end on UTF-8 boundaries and never inside an escape
@@ -353,7 +353,7 @@ class History:
 
 
 def _validate_observe(params: ExecObserveParams) -> None:
-    """Reject the whole request before any work (SPEC §6 observe)."""
+    """Reject the whole request before any work (docs/tools.md observe)."""
     count = len(params.items)
     if not 1 <= count <= MAX_OBSERVE_ITEMS:
         raise TetherError(

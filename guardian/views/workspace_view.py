@@ -4,7 +4,8 @@
 terminal owns them all, unlike an agent's thread-scoped ``Execution`` tool). ``exec.stream``
 hands out raw journal bytes by absolute offset and, when asked, the current screen with the
 offset it corresponds to: that is all ``tether tail -f`` and ``tether attach`` need, over
-plain request/response (R5). ``person.input`` types what a person typed in ``tether attach
+plain request/response (docs/protocol.md#transport). ``person.input`` types what a person typed in ``tether
+attach
 --write`` and records *that* a person typed, once per attach session, never *what*.
 """
 

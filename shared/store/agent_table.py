@@ -1,5 +1,5 @@
 """Managed agents in the catalog: state transitions with event rows, durable notifications,
-labels, and the archive cascade (SPEC R23-R26).
+labels, and the archive cascade (docs/tools.md#agent-states, docs/tools.md#close-resume-archive).
 
 Every transition is one catalog transaction: the new state on the execution record, one
 ``agent_events`` row, and — when the agent has a parent and ``notify_on_finish`` — one
@@ -7,7 +7,7 @@ Every transition is one catalog transaction: the new state on the execution reco
 exists exactly once per event, whatever restarts follow, and an event is never written
 without its notification or the reverse.
 
-Labels live in the record's ``labels`` map (R16); ``tether.open.<client-id> = "true"`` is a
+Labels live in the record's ``labels`` map (docs/tools.md#records); ``tether.open.<client-id> = "true"`` is a
 client holding the agent open, which keeps it out of a parent's archive cascade.
 """
 
@@ -201,7 +201,7 @@ class AgentStore:
         return record
 
     def detach(self, execution_id: str) -> ExecutionRow | None:
-        """Clear the parent and every open label, and nothing else (R24)."""
+        """Clear the parent and every open label, and nothing else (docs/tools.md#trees-and-parents)."""
         with self.catalog.transaction():
             current = self.get(execution_id)
             if current is None:
@@ -229,7 +229,8 @@ class AgentStore:
         return ids
 
     def archive_tree(self, root_id: str, live: AbstractSet[str] = frozenset()) -> Cascade:
-        """Archive ``root_id`` and its children recursively, in one transaction (R24).
+        """Archive ``root_id`` and its children recursively, in one transaction
+        (docs/tools.md#trees-and-parents).
 
         A child held open by any client is detached instead of archived; a child whose
         recorded parent workspace is not this one is detached (children that live in other

@@ -34,7 +34,8 @@ class Checkpointer:
         self._wake = threading.Event()
         self._stopping = False
         self._commits = 0
-        # Started at the first CHECKPOINT_COMMITS transactions: an idle guardian (SPEC §11
+        # Started at the first CHECKPOINT_COMMITS transactions: an idle guardian
+        # (docs/development.md#benchmarks
         # resident memory) keeps SQLite's own checkpoints and no thread.
         self._thread: threading.Thread | None = None
 

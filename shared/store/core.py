@@ -7,7 +7,7 @@ reads through ``view`` instead, which writes nothing.
 
 Every persisted change to an execution bumps the catalog-wide ``change_seq`` and stamps the
 record's ``observed_at_unix_ms``; an update that changes nothing writes nothing, so
-``observed_at_unix_ms`` is never a heartbeat (R16). ``change_seq`` doubles as the catalog
+``observed_at_unix_ms`` is never a heartbeat (docs/tools.md#records). ``change_seq`` doubles as the catalog
 cursor that ``Execution.wait`` watches.
 """
 

@@ -47,7 +47,7 @@ class EventsTable(CatalogCore):
         return [cast(ExecutionEventRow, dict(row)) for row in rows]
 
     def agent_events(self, execution_id: str) -> list[AgentEventRow]:
-        """Rows of the managed-agent event table (R23) for one execution, whatever its
+        """Rows of the managed-agent event table (docs/tools.md#agent-states) for one execution, whatever its
         columns; empty when this catalog has no such table yet."""
         exists = self._db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agent_events'"

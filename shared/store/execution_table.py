@@ -167,7 +167,7 @@ class ExecutionsTable(CatalogCore):
                        else self._stored_fields(execution_id, fields))
             if current is None:
                 return None
-            # observed_at moves only with another field (R16); a staged end brings its own.
+            # observed_at moves only with another field (docs/tools.md#records); a staged end brings its own.
             changed = {k: v for k, v in fields.items()
                        if k != "observed_at_unix_ms" and current.get(k) != v}
             if not changed:
@@ -265,7 +265,8 @@ class ExecutionsTable(CatalogCore):
 
     def mark_lost(self, *, owner: str | None = None, except_owner: str | None = None) -> list[str]:
         """Every running record owned by ``owner`` (or by anyone but ``except_owner``) becomes
-        ``unknown`` with reason ``guardian_lost`` and no exit code (R12, R13)."""
+        ``unknown`` with reason ``guardian_lost`` and no exit code
+        (docs/protocol.md#finding-a-guardian-and-recovery, docs/tools.md#unknown-is-not-success)."""
         with self.transaction():
             if owner is not None:
                 rows = self._db.execute(

@@ -1,4 +1,5 @@
-"""Prompt receipts (R21, R22): the ``receipts`` table, one row per prompt id of an execution."""
+"""Prompt receipts (docs/tools.md#prompts, docs/tools.md#once-only): the ``receipts`` table, one row per
+prompt id of an execution."""
 
 from __future__ import annotations
 

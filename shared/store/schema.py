@@ -142,7 +142,7 @@ INDEX_CHANGES = (
     "CREATE INDEX IF NOT EXISTS executions_agents_newest ON executions (seq) WHERE kind = 'agent'",
 )
 
-#: Columns that schema 2 added to ``executions`` for managed agents (SPEC §8). A catalog
+#: Columns that schema 2 added to ``executions`` for managed agents (docs/tools.md#managed-agents). A catalog
 #: written by an older Tether gets them with ALTER TABLE on open; old rows read as non-agents.
 AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("provider", "TEXT"),

@@ -10,7 +10,7 @@ from tether.shared.store.rows import StoredMode, ThreadRow
 
 
 class ThreadsTable(CatalogCore):
-    """A thread's row (its main shell, generation, cwd) and its mode (R27)."""
+    """A thread's row (its main shell, generation, cwd) and its mode (docs/security.md#profiles-and-modes)."""
 
     def create_thread(self, thread_id: str, principal: str, workspace_root: str) -> ThreadRow:
         self._db.execute(
@@ -33,7 +33,8 @@ class ThreadsTable(CatalogCore):
         )
 
     def get_thread_mode(self, thread_id: str) -> StoredMode | None:
-        """The mode stored for a thread (R27), or None when it never changed from wcgw."""
+        """The mode stored for a thread (docs/security.md#profiles-and-modes), or None when it never changed
+        from wcgw."""
         row = self._db.execute(
             "SELECT mode FROM thread_modes WHERE thread_id = ?", (thread_id,)
         ).fetchone()

@@ -5,7 +5,7 @@ Run by a program in a Tether terminal (the fake agent's ``run:`` prompts, or a B
 it starts a real ``tether serve`` over stdio — the way an agent CLI starts its MCP servers —
 and calls ``Initialize`` and ``Agent launch`` once per entry of a JSON spec::
 
-    agent_launcher.py SPEC.json OUT.json
+    agent_launcher.py LAUNCH.json OUT.json
 
     {"tether": "/path/to/tether", "scrub": false,
      "launches": [{"workspace": "/ws", "argv": [...], "recognizer": "claude",

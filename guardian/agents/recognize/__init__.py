@@ -1,6 +1,6 @@
 """Turn recognition: is the program in a terminal waiting for input, busy, or asking?
 
-SPEC R20. A *recognizer* is a rule file (``rules/<name>.toml``, one per program: ``claude``,
+docs/tools.md#recognizers. A *recognizer* is a rule file (``rules/<name>.toml``, one per program: ``claude``,
 ``codex``, ``opencode``, ``gemini``, ``aider`` and a generic ``shell``) whose rules test
 regions of the screen (``regions``) and name a state; ``loader`` documents the format. The
 highest-priority matching rule wins; nothing matching is ``unknown`` with a reason.

@@ -1,4 +1,4 @@
-"""Evaluating rule sets against a screen (SPEC R20).
+"""Evaluating rule sets against a screen (docs/tools.md#recognizers).
 
 Every rule of the chosen recognizer is evaluated, so ``explain`` can show the whole
 decision, then the first matching rule in priority order wins (ties: file order). A winning

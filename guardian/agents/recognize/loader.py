@@ -1,4 +1,4 @@
-"""Reading and validating rule files (SPEC R20).
+"""Reading and validating rule files (docs/tools.md#recognizers).
 
 A rule file is TOML, one per program, named ``<name>.toml``::
 
@@ -64,7 +64,8 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 # tomllib and importlib.resources (with tempfile, about 1 MB resident) are imported where a
-# rule file is read: a guardian that never recognizes a program never loads them (SPEC §11).
+# rule file is read: a guardian that never recognizes a program never loads them
+# (docs/development.md#benchmarks).
 
 LeafKind = Literal["contains", "regex", "line_regex"]
 LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
@@ -130,7 +131,7 @@ class RuleSet:
     description: str
     no_match_reason: str
     rules: tuple[Rule, ...]
-    interrupt: str = DEFAULT_INTERRUPT  # what ``Agent.cancel`` presses (SPEC §8)
+    interrupt: str = DEFAULT_INTERRUPT  # what ``Agent.cancel`` presses (docs/tools.md#managed-agents)
     interrupt_presses: int = 1  # how many times, while the turn holds
     draft: Draft | None = None  # every shipped file has one (a test checks)
 

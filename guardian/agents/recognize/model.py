@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 State = Literal["awaiting_input", "busy", "awaiting_approval", "unknown"]
-"""The four answers a recognizer can give (SPEC R20)."""
+"""The four answers a recognizer can give (docs/tools.md#recognizers)."""
 
 STATES: tuple[State, ...] = ("awaiting_input", "busy", "awaiting_approval", "unknown")
 
