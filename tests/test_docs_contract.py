@@ -17,7 +17,8 @@ README_MAX_LINES = 220
 def _sources() -> list[Path]:
     listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.py"], capture_output=True,
                             text=True, check=True).stdout.split()
-    return [REPO / name for name in listed]
+    # This file names what it looks for.
+    return [REPO / name for name in listed if name != "tests/test_docs_contract.py"]
 
 
 def anchors(markdown: str) -> set[str]:

@@ -17,7 +17,7 @@ watch task wakes on output and looks at the screen twice per burst of output:
   one write): only a definite verdict (``awaiting_input``, ``busy``, ``awaiting_approval``)
   counts, so a turn of a few milliseconds is still seen, while a half-drawn frame (which
   reads ``unknown``) moves nothing;
-- a *settled look* once output has been quiet for :data:`SETTLE_QUIET_S`: whatever it sees
+- a *settled look* once output has been quiet for :data:`LOOK_QUIET_S`: whatever it sees
   counts, ``unknown`` too. A program that never pauses is looked at every
   :data:`MAX_LOOK_S`.
 
@@ -64,7 +64,7 @@ QUICK_QUIET_S = 0.004
 #: average (a look costs about 2 ms on the development VM).
 READER_LOOKS = 3
 READER_LOOKS_PER_S = 50.0
-SETTLE_QUIET_S = 0.04
+LOOK_QUIET_S = 0.04
 MAX_LOOK_S = 0.3
 DEFINITE = frozenset({"awaiting_input", "busy", "awaiting_approval"})
 
@@ -198,7 +198,7 @@ class TurnWatch:
                 if self.watching(live.execution_id) is not watched:
                     return
                 self._look(watched, settled=False)
-            if not overdue and not await self._pause(live, SETTLE_QUIET_S - QUICK_QUIET_S):
+            if not overdue and not await self._pause(live, LOOK_QUIET_S - QUICK_QUIET_S):
                 continue  # a new burst: it gets its own quick look
             seen, first = live.activity_seq, None
             await live.screen.snapshot_async()
