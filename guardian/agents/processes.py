@@ -75,11 +75,7 @@ class AgentRuntimes:
         notifier = self._rt.notifier
 
         def on_output(data: bytes) -> None:
-            live = holder[0]
-            if live.before_feed is not None:
-                live.before_feed()
-            live.screen.feed(data)
-            live.append_output(data)
+            holder[0].take_output(data)
             notifier.notify_output()
 
         rows, cols = int(record["rows"]), int(record["cols"])

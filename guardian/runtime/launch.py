@@ -138,11 +138,7 @@ class Launcher:
         notifier = self._notifier
 
         def on_output(data: bytes) -> None:
-            live = holder[0]
-            if live.before_feed is not None:
-                live.before_feed()
-            live.screen.feed(data)
-            live.append_output(data)
+            holder[0].take_output(data)
             notifier.notify_output()
 
         sandboxed = self._threads.sandboxed(thread["thread_id"])

@@ -44,6 +44,15 @@ class LiveExecution:
     #: look at a frame it had no time to look at before the next one came).
     before_feed: Callable[[], None] | None = None
 
+    def take_output(self, data: bytes) -> None:
+        """A chunk read from a terminal of its own (a background command's, an agent's): the
+        watch's look before it reaches the screen, when one is due, then the screen (lazy) and
+        the journal."""
+        if self.before_feed is not None:
+            self.before_feed()
+        self.screen.feed(data)
+        self.append_output(data)
+
     def append_output(self, data: bytes) -> None:
         """The hot path: journal the bytes and count the activity. Nothing else."""
         self.journal.append(data)
