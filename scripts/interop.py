@@ -218,9 +218,9 @@ _CLOCK = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?(?![\w:]
 # between them is one piece of art.
 _ART = re.compile(r"[\u2580-\u259f](?:[\u2580-\u259f ]*[\u2580-\u259f])?")
 # Claude Code's turn summary picks a random verb ("✻ Baked for 3s", "✻ Sautéed for 1m 2s") ...
-_SPINNER_VERB = re.compile(r"^(\W*)\w+( for \d)")
+_SPINNER_VERB = re.compile(r"^(\W*)\w[\w-]*( for \d)")
 # ... and so does its working line, behind a spinner glyph that turns ("· Harmonizing… (3s").
-_SPINNER = re.compile(r"^(\s*)\S\s+\w+…")
+_SPINNER = re.compile(r"^(\s*)\S\s+\w[\w-]*…")
 # A bullet that blinks while a tool call is pending (Claude Code's ●, Codex's •/◦).
 _BLINK = re.compile(r"^[●•◦](?= )")
 # OpenCode's knight-rider progress bar (⬝⬝■■■■■■); OpenCode's input placeholder picks an
