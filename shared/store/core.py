@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,7 @@ from tether.shared.store.rows import (
 from tether.shared.store.schema import AGENT_COLUMNS, INDEX_CHANGES, SCHEMA, SCHEMA_VERSION, THREAD_COLUMNS
 
 
-class CatalogCore:
+class CatalogCore(ABC):
     """One guardian's catalog file, opened for writing; the families (``catalog.Catalog``)
     add their tables' reads and writes."""
 
@@ -192,13 +193,15 @@ class CatalogCore:
 
     # -- what the families write with each commit (see transaction) -------------------------
 
+    @abstractmethod
     def _insert_result(
         self, principal: str, key: str, method: str, fingerprint: str, result: Any
     ) -> None:
-        raise NotImplementedError  # idempotency.IdempotencyTable
+        """Write an idempotency outcome (``idempotency_table.IdempotencyTable``)."""
 
+    @abstractmethod
     def _write_execution(
         self, execution_id: str, fields: dict[str, Any], *, whole: bool = False,
         last_read: ExecutionRow | None = None,
     ) -> ExecutionRow | None:
-        raise NotImplementedError  # executions.ExecutionsTable
+        """Write an execution's fields (``execution_table.ExecutionsTable``)."""
