@@ -931,7 +931,10 @@ def main() -> int:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="tb-", dir="/tmp"))
     os.environ.update(TETHER_HOME=str(base / "state"), TETHER_RUNTIME_DIR=str(base / "run"),
-                      TETHER_GUARDIAN_IDLE_S="30")
+                      TETHER_GUARDIAN_IDLE_S="30",
+                      # agent_list runs 100 managed agents in one thread: over the default
+                      # cap of 64 running per thread, under the guardian's 256.
+                      TETHER_MAX_RUNNING_PER_THREAD="256")
     home = base / "home"
     home.mkdir()
     os.environ["HOME"] = str(home)
