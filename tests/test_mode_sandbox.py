@@ -139,6 +139,11 @@ async def test_a_mode_change_waits_for_the_running_command(
         "thread_id": session["thread_id"]}))["data"]
     assert status["mode"] == "wcgw"
     await bash(client, session, {"type": "send_keys", "keys": ["Ctrl-c"]})
+    # The reply to the key need not wait for the shell to be back at its prompt: wait for
+    # the command's end as a client would, then change the mode.
+    ended = await bash(client, session, {"type": "status_check",
+                                         "execution_id": running["execution_id"]}, wait=20)
+    assert ended["status"] == "exited", ended
     assert (await change_mode(client, session, "architect"))["mode"] == "architect"
 
 
