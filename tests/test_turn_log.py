@@ -77,6 +77,34 @@ async def test_a_turn_between_cursor_and_wait_is_reported(
     print(f"{runs} turns in {elapsed:.1f}s")
 
 
+async def test_a_turn_drawn_in_one_write_is_still_two_frames(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    """The busy frame and the idle one after it written together, so the guardian reads them
+    in one chunk (a loaded machine reads a short turn so): the wait still reports the turn's
+    busy state and its end, 20 times in 20."""
+    session = await initialize(client, workspace)
+    eid, done = await _fast_agent(client, session, tmp_path, "0.015", "--one-write-turns")
+    missed: list[tuple[int, list[str], str]] = []
+    runs = 20
+    for i in range(runs):
+        first = (await agent(client, session, {"action": "wait", "target": eid,
+                                               "events": ["awaiting_input", "busy"],
+                                               "timeout_seconds": 0}))["data"]
+        await bash(client, session, {"type": "send_text", "execution_id": eid,
+                                     "text": f"turn {i}", "submit": True}, wait=0)
+        poll(functools.partial(_more_done_than, done, i), timeout=10, what=f"turn {i} to end")
+        waited = (await agent(client, session, {"action": "wait", "target": eid,
+                                                "after": first["cursor"],
+                                                "events": ["awaiting_input"],
+                                                "timeout_seconds": 5}))["data"]
+        states = [row["to_state"] for item in waited["changed"]
+                  for row in item.get("transitions", [])]
+        if waited["outcome"] != "changed" or states != ["busy", "awaiting_input"]:
+            missed.append((i, states, waited["outcome"]))
+    assert not missed, f"{len(missed)} of {runs} one-write turns not reported: {missed[:3]}"
+
+
 async def test_a_receipt_is_complete_before_anyone_waits(
     client: Client, workspace: Path, tmp_path: Path
 ) -> None:

@@ -23,8 +23,10 @@ watch task wakes on output and looks at the screen twice per burst of output:
 
 A quick look can come late: the guardian's loop may be busy (or the machine loaded) for
 longer than a short turn shows its busy frame, and then reads that frame and the next one
-back to back. So when a chunk comes while the chunk before it was never looked at, the
-watch looks at the screen *before* the new chunk reaches it (``LiveExecution.before_feed``).
+back to back, even in one read. So the reader feeds a watched execution's screen frame by
+frame (``terminal/frames``), and when a frame comes while the one before it was never looked
+at, the watch looks at the screen *before* the new frame reaches it
+(``LiveExecution.before_feed``).
 That look is taken only while the emulator has no backlog to speak of
 (``TerminalScreen.settled``) and within a budget (:data:`READER_LOOKS_PER_S`), so a flood of
 output never pays for it and a chatty program pays a bounded share. (A chunk may end in
@@ -81,7 +83,8 @@ class Watched:
     recognizer: str
     state: str | None = None  # the last state written to the log
     verdict: Recognition | None = None  # the last look's verdict
-    looked_seq: int = -1  # the output sequence the last look saw
+    fed: int = 0  # frames fed to the screen so far (each after a _before_feed)
+    looked_fed: int = -1  # ``fed`` when the last look was taken
     last_output: float = 0.0  # time.monotonic() of the last chunk
     budget: float = READER_LOOKS  # reader looks left (refilled at READER_LOOKS_PER_S)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -226,7 +229,7 @@ class TurnWatch:
         gap = now - watched.last_output
         watched.last_output = now
         watched.budget = min(READER_LOOKS, watched.budget + gap * READER_LOOKS_PER_S)
-        if (watched.budget >= 1 and watched.looked_seq != live.activity_seq
+        if (watched.budget >= 1 and watched.looked_fed != watched.fed
                 and live.screen.settled and self._watched.get(live.execution_id) is watched):
             watched.budget -= 1
             try:
@@ -234,13 +237,14 @@ class TurnWatch:
                 self._look(watched, settled=False)
             except Exception:  # the reader must go on whatever a look meets (a full disk)
                 log.exception("turn watch of %s could not look", live.execution_id)
+        watched.fed += 1  # the frame about to be fed
 
     def _look(self, watched: Watched, *, settled: bool) -> Recognition:
         """Recognize the (already emulated) screen; write a turn row when the state changed;
         tell the listeners. One transaction."""
         live = watched.live
         verdict, _ = recognize_record(watched.record, live, watched.recognizer)
-        watched.looked_seq = live.activity_seq
+        watched.looked_fed = watched.fed
         if not settled and verdict.state not in DEFINITE:
             return watched.verdict or verdict  # maybe a half-drawn frame: no evidence
         turn: Turn | None = None

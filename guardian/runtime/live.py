@@ -12,6 +12,7 @@ from typing import Any
 from tether.guardian.history.journal import Journal
 from tether.guardian.history.records import list_view, record_view
 from tether.guardian.runtime.pty import PtyRuntime
+from tether.guardian.terminal.frames import frame_pieces
 from tether.guardian.terminal.screen import TerminalScreen
 from tether.shared.segments import Figures, OutputSizes
 
@@ -40,17 +41,22 @@ class LiveExecution:
     #: The whole record as its end was written (None until then, or when the disk refused
     #: it): what the reply to the request that waited for the end reports.
     ended_record: dict[str, Any] | None = None
-    #: Called before each chunk of output reaches the screen, when set (the turn watch's
+    #: Called before each frame of output reaches the screen, when set (the turn watch's
     #: look at a frame it had no time to look at before the next one came).
     before_feed: Callable[[], None] | None = None
 
     def take_output(self, data: bytes) -> None:
         """A chunk read from a terminal of its own (a background command's, an agent's): the
-        watch's look before it reaches the screen, when one is due, then the screen (lazy) and
-        the journal."""
-        if self.before_feed is not None:
-            self.before_feed()
-        self.screen.feed(data)
+        screen (lazy) and the journal. Under watch, the chunk reaches the screen frame by
+        frame (``terminal/frames``), the watch's look before each when one is due: two frames
+        read together are still two frames to it."""
+        before = self.before_feed
+        if before is None:
+            self.screen.feed(data)
+        else:
+            for piece in frame_pieces(data):
+                before()
+                self.screen.feed(piece)
         self.append_output(data)
 
     def append_output(self, data: bytes) -> None:

@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds a submitted turn still looks idle before the spinner")
     parser.add_argument("--done-log", help="append one JSON line per finished turn here, "
                         "once the idle screen after it is drawn")
+    parser.add_argument("--one-write-turns", action="store_true",
+                        help="draw each turn's busy frame and the idle frame after it in one "
+                        "write (a turn shorter than any read)")
     args = parser.parse_args(argv)
     if args.start_log:
         started = {"argv": sys.argv[1:] if argv is None else argv,
@@ -381,7 +384,17 @@ def main(argv: list[str] | None = None) -> int:
             now = time.monotonic()
             finished = agent.tick(now)
             redraw = finished or redraw or bool(resized)
-            if redraw or agent.mode == "busy":
+            if args.one_write_turns and agent.mode == "busy" and agent.busy_shown(now):
+                # The busy frame and the idle one after it in a single write: what a loaded
+                # machine's reader gets of a short turn (both frames in one read).
+                cols, rows = _terminal_size()
+                busy_frame = agent.draw(now, cols, rows)
+                agent.busy_until = now
+                finished = agent.tick(now)
+                out.write(busy_frame + agent.draw(now, cols, rows))
+                out.flush()
+                redraw = False
+            elif redraw or agent.mode == "busy":
                 resized.clear()
                 cols, rows = _terminal_size()
                 out.write(agent.draw(now, cols, rows))
