@@ -44,8 +44,9 @@ MAX_READ_LINES = 1000
 MAX_STDERR_BYTES = 16 * 1024
 #: Herdr's lifecycle states (its ``AgentStatus``).
 STATES = ("idle", "working", "blocked", "done", "unknown")
-#: Time kept back from a wait's ``--timeout`` so that Herdr's own timeout answer arrives
-#: before the call's deadline ends the process (at most a quarter of what is left).
+#: Time kept back from a wait's ``--timeout`` so that Herdr's own timeout answer (after the
+#: CLI's start-up) arrives before the call's deadline ends the process: a quarter of what is
+#: left, at least this much, never more than half.
 WAIT_MARGIN_MS = 250
 #: A pane id as Herdr prints one (``w1:p1``); never an option.
 PANE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -222,7 +223,7 @@ class HerdrCli:
 def wait_timeout_ms(requested_ms: int, remaining_ms: int) -> int:
     """A wait's ``--timeout``: what was asked, cut to what the deadline leaves (less the
     margin Herdr's own timeout answer needs)."""
-    margin = min(WAIT_MARGIN_MS, remaining_ms // 4)
+    margin = min(remaining_ms // 2, max(WAIT_MARGIN_MS, remaining_ms // 4))
     return max(0, min(requested_ms, remaining_ms - margin))
 
 
