@@ -315,7 +315,20 @@ async def test_what_the_cli_answers_wrongly_is_refused(tether_env: Config, tmp_p
                                                           target="writer", text="hi"))
         assert usage["data"]["reason"] == "usage_error" and usage["data"]["input_sent"] is False
 
-        fake.switch()
+        # An older Herdr (0.7.4: agent send, wait --status) refuses the arguments: nothing is
+        # sent, and no other command is tried in its place.
+        fake.write({**_world(), "cli": "0.7.4"})
+        old_cli = await call_error(client, "Agent", _scoped(session, action="prompt",
+                                                            target="writer", text="hi"))
+        assert old_cli["code"] == "herdr_unavailable"
+        assert old_cli["data"] == {"reason": "usage_error", "input_sent": False,
+                                   "exit_status": 2}
+        assert "Herdr 0.7.5 or later" in old_cli["message"]
+        old_wait = await call_error(client, "Agent", _scoped(session, action="wait",
+                                                             target="writer", until="idle"))
+        assert old_wait["data"]["reason"] == "usage_error"
+        assert not fake.runs("agent", "send") and not fake.runs("pane")
+
         fake.write({**_world(), "agents": [{"terminal_id": "term_1"}]})
         odd = await call_error(client, "Agent", get)
         assert odd["code"] == "herdr_unavailable" and odd["data"]["reason"] == "malformed_answer"

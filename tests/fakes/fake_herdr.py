@@ -16,9 +16,12 @@ rewrite while a wait polls it::
      "switches": {"hang": [command, ...], "flood": [...], "flood_stderr": [...],
                   "other_terminal": [...], "fail": {command: exit_status}}}
 
-where a command is ``"agent prompt"``, ``"agent list"``, ... Every run appends one JSON line
-to ``<socket>.log`` first: its argv, its ``HERDR_*`` variables, the names of all variables,
-and its parent's command line.
+where a command is ``"agent prompt"``, ``"agent list"``, ... With ``"cli": "0.7.4"`` it is
+the older CLI instead (docs/versions/0.7.4): ``agent send <target> <text>`` (literal text,
+no Enter) in place of ``agent prompt``, and ``agent wait <target> --status S``.
+
+Every run appends one JSON line to ``<socket>.log`` first: its argv, its ``HERDR_*``
+variables, the names of all variables, and its parent's command line.
 """
 
 from __future__ import annotations
@@ -89,7 +92,9 @@ def main(argv: list[str]) -> None:
         sys.stderr.write(json.dumps({"id": "cli", "error": {
             "code": "internal", "message": "scripted failure"}}) + "\n")
         sys.exit(int(failing[command]))
-    if argv[:1] == ["agent"]:
+    if argv[:1] == ["agent"] and world.get("cli") == "0.7.4":
+        _legacy_agent(world, argv[1:], socket=socket)
+    elif argv[:1] == ["agent"]:
         _agent(world, argv[1:], other=command in switches.get("other_terminal", []),
                socket=socket)
     elif argv[:2] == ["pane", "run"] and len(argv) == 4:
@@ -143,6 +148,21 @@ def _agent(world: dict[str, Any], args: list[str], *, other: bool, socket: str) 
     else:
         _usage("herdr agent commands: list, get, read, send-keys, prompt, rename, focus, wait, "
                "attach, start, explain")
+
+
+def _legacy_agent(world: dict[str, Any], args: list[str], *, socket: str) -> None:
+    """Herdr 0.7.4: ``agent send`` writes literal text; waits take ``--status``."""
+    sub, rest = (args[0], args[1:]) if args else ("", [])
+    if sub == "send" and len(rest) >= 2:
+        _find(world, rest[0], "cli:agent:send")
+        _out({"id": "cli:agent:send", "result": {"type": "ok"}})
+    elif sub == "wait" and len(rest) >= 3 and rest[1] == "--status" and rest[2] in STATES:
+        _wait([rest[0], "--until", rest[2], *rest[3:]], socket, False)
+    elif sub in ("list", "get", "read", "explain"):
+        _agent(world, args, other=False, socket=socket)
+    else:
+        _usage("herdr agent commands: list, get, read, send, rename, focus, wait, attach, "
+               "start, explain")
 
 
 def _read(world: dict[str, Any], rest: list[str]) -> None:
