@@ -219,7 +219,7 @@ async def test_http_principals_see_only_their_own_targets(
     config = write_config(tmp_path / "herdr.json", config_for(fake, [
         {"principal_key": "http:alice", "workspace_root": root, "targets": {"writer": "term_1"}},
         {"principal_key": "http:bob", "workspace_root": root, "targets": {"reviewer": "term_2"}},
-    ]))
+    ], deadline_ms=2500))
     monkeypatch.setenv("TETHER_HERDR_CONFIG", str(config))
     principals = write_principals(tmp_path / "principals.toml", [
         {"id": "alice", "token": ALICE, "profile": "full"},
@@ -255,6 +255,15 @@ async def test_http_principals_see_only_their_own_targets(
                     never["message"].replace("ghost", "?")
                 assert {**stolen["data"], "target": "?"} == {**never["data"], "target": "?"}
             assert [e["argv"][3] for e in fake.runs("agent", "prompt")] == ["from alice"]
+            refused = await call_error(alice, "Agent", _scoped(a, action="prompt",
+                                                               target="writer", text="again",
+                                                               prompt_id="p1"))
+            assert refused["code"] == "invalid_request" and refused["data"]["field"] == "prompt_id"
+            fake.switch(hang=["agent prompt"])
+            hung = await call_error(alice, "Agent", _scoped(a, action="prompt",
+                                                            target="writer", text="stuck"))
+            assert hung["code"] == "herdr_unavailable" and hung["data"]["input_sent"] == "unknown"
+            assert [e["argv"][3] for e in fake.runs("agent", "prompt")] == ["from alice", "stuck"]
             _check_runs(fake, fake.socket)
         async with http_client(url, CAROL) as carol:
             c = await initialize(carol, workspace)
