@@ -4,8 +4,8 @@ Enabled by ``TETHER_USAGE_LOG`` (a file path). Every MCP tool call writes:
 
 - ``tool_started`` when the call begins,
 - up to :data:`MAX_PHASE_PAIRS` ``tool_phase`` start/finish pairs (validation, admission,
-  catalog, runtime_capture, prompt_rpc, wait_sleep, finalize) and at most one truncation
-  marker once that cap is hit,
+  catalog, runtime_capture, prompt_rpc, wait_sleep, herdr_adapter, finalize) and at most one
+  truncation marker once that cap is hit,
 - one terminal ``tool_call`` with tool, action, backend, duration, outcome, code and the
   workflow counters,
 
@@ -64,7 +64,7 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 #: Rotated generations kept next to the log: ``usage.jsonl.1`` (newest) .. ``.3``.
 KEEP_ROTATED = 3
 PHASES = ("validation", "admission", "catalog", "runtime_capture", "prompt_rpc", "wait_sleep",
-          "finalize")
+          "herdr_adapter", "finalize")
 #: Tools whose calls are workflow observations (seed: ``workflow_schema=1``).
 WORKFLOW_TOOLS = frozenset({"Execution", "Agent"})
 #: BashCommand actions that consume ``wait_for_seconds`` (screen and wait_for_turn do not).
@@ -485,6 +485,10 @@ def workflow_fields(
         outcome = _word(data.get("outcome"))
         if outcome:
             fields["catalog_outcome"] = outcome
+    if tool == "Agent" and _known(args.get("backend", "native"), BACKENDS) == "herdr":
+        if action == "prompt":
+            fields["herdr_submission"] = herdr_submission(result, data)
+        return fields
     receipt = data.get("receipt")
     if tool == "Agent" and isinstance(receipt, dict):
         fields["receipt_observed"] = True
@@ -497,6 +501,20 @@ def workflow_fields(
             if isinstance(data.get(key), bool):
                 fields[f"receipt_{key}"] = data[key]
     return fields
+
+
+def herdr_submission(result: types.CallToolResult | None, data: Mapping[str, Any]) -> str:
+    """What a Herdr prompt call did with its text: ``acknowledged`` (Herdr said it submitted
+    it; not that the work was done), ``uncertain`` (``input_sent: "unknown"``: a timeout or
+    an unreadable answer; never resent), ``not_sent``, or ``unknown`` (no result observed)."""
+    if result is None:
+        return "unknown"
+    if not result.is_error:
+        return "acknowledged" if data.get("acknowledged") is True else "unknown"
+    sent = data.get("input_sent")
+    if sent == "unknown":
+        return "uncertain"
+    return "not_sent" if sent is False else "unknown"
 
 
 def wait_fields(wait: Mapping[str, float | None]) -> dict[str, Any]:

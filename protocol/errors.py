@@ -68,7 +68,13 @@ class ErrorCode(StrEnum):
     PROMPT_ID_CONFLICT = "prompt_id_conflict"
     RECEIPT_LIMIT = "receipt_limit"
     UNKNOWN_RECOGNIZER = "unknown_recognizer"
+    # The Herdr backend (docs/tools.md#herdr-backend): not configured for this caller (the
+    # operator must act); Herdr's CLI gave no usable answer (``data.reason``: timeout,
+    # output_limit, exit_status, usage_error, malformed_answer, spawn_failed); an answer
+    # about another terminal than the binding's.
     HERDR_DISABLED = "herdr_disabled"
+    HERDR_UNAVAILABLE = "herdr_unavailable"
+    HERDR_TARGET_MISMATCH = "herdr_target_mismatch"
     # Authority: principals, profiles and modes (docs/security.md#profiles-and-modes,
     # docs/security.md#principals)
     TOOL_DENIED = "tool_denied"

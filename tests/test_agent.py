@@ -114,7 +114,8 @@ async def test_prompt_is_delivered_once(client: Client, workspace: Path, tmp_pat
     assert too_big["code"] == "limit_exceeded" and "16384" in too_big["message"]
     herdr = await agent(client, session, {**prompt, "backend": "herdr"}, error=True)
     assert herdr["code"] == "herdr_disabled"
-    assert herdr["data"] == {"operator_action_required": True, "input_sent": False}
+    assert herdr["data"] == {"operator_action_required": True, "input_sent": False,
+                             "reason": "configuration_missing"}
 
 
 async def test_echo_or_marker_text_is_not_activity(client: Client, workspace: Path,

@@ -38,6 +38,7 @@ SIDES: dict[str, tuple[str, ...]] = {
         "tether.frontend",            # what every room uses: the usage log
         "tether.frontend.policy",     # who may do what: principals, authority, shell policy
         "tether.frontend.guardians",  # the guardian client: locate, start, health, lineage
+        "tether.frontend.herdr",      # the Herdr adapter: operator configuration, the CLI
         "tether.frontend.tools",      # the MCP tools and what they share (schemas, modes)
         "tether.frontend.transport",  # stdio, HTTP, the MCP server, `tether serve`
         "tether.frontend.person",     # a person's commands

@@ -16,7 +16,9 @@ Rules, after the seed's "Workflow telemetry" and "Usage metrics":
   before ``--last`` applies;
 - phase totals are inclusive (they overlap) and are not parts of the call's duration;
 - a prompt that repeats a ``prompt_id`` (``receipt_replayed``) is counted as a repeat, apart
-  from deliveries: its receipt is the first delivery's.
+  from deliveries: its receipt is the first delivery's;
+- a Herdr prompt counts as a submission (``acknowledged``, ``uncertain``, ``not_sent``,
+  ``unknown``), never as a native receipt: an acknowledged submission is not a completed task.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ AUXILIARY = frozenset({"tool_started", "tool_phase"})
 KNOWN_USAGE_SCHEMAS = (1,)
 _KNOWN_SCHEMA_NAMES = frozenset(str(v) for v in KNOWN_USAGE_SCHEMAS)
 RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached", "input_sent")
+#: A Herdr prompt's submission as the usage log classifies it (``usage.herdr_submission``).
+HERDR_SUBMISSIONS = ("acknowledged", "uncertain", "not_sent", "unknown")
 OBSERVE_COUNTERS = ("observe_requested_items", "observe_returned_items",
                     "observe_items_with_issues")
 
@@ -107,6 +111,7 @@ class Group:
     catalog: Counter[str] = field(default_factory=Counter)
     effective_wait: list[float] = field(default_factory=list)
     effective_wait_unknown: int = 0
+    herdr: dict[str, Counter[str]] = field(default_factory=dict)
 
     def add(self, event: dict[str, Any]) -> None:
         self.count += 1
@@ -130,8 +135,10 @@ class Group:
                     self.observe_unknown[name] += 1
                 else:
                     self.observe.setdefault(name, []).append(value)
-        if event.get("receipt_observed") is True or (self.tool == "Agent"
-                                                     and self.action == "prompt"):
+        if self.backend == "herdr":
+            self._add_herdr(event)
+        elif event.get("receipt_observed") is True or (self.tool == "Agent"
+                                                       and self.action == "prompt"):
             replayed = event.get("receipt_replayed")
             kind = ("repeat" if replayed else "new") if isinstance(replayed, bool) else "unknown"
             self.receipts.setdefault("calls", Counter())[kind] += 1
@@ -140,7 +147,7 @@ class Group:
                     value = event.get(f"receipt_{fact}")
                     bucket = self.receipts.setdefault(fact, Counter())
                     bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
-        if self.action == "wait" and self.tool in ("Execution", "Agent"):
+        if self.action == "wait" and self.tool in ("Execution", "Agent") and self.backend != "herdr":
             outcome = event.get("catalog_outcome")
             self.catalog[outcome if outcome in ("changed", "timeout", "resync") else "unknown"] += 1
         if self.tool == "BashCommand" and "requested_wait_policy" in event:
@@ -149,6 +156,18 @@ class Group:
                 self.effective_wait.append(wait)
             else:
                 self.effective_wait_unknown += 1
+
+    def _add_herdr(self, event: dict[str, Any]) -> None:
+        """A Herdr call: its prompt's submission (acknowledged, uncertain, not sent) and its
+        wait's outcome; never a native receipt."""
+        if self.action == "prompt":
+            kind = event.get("herdr_submission")
+            self.herdr.setdefault("submissions", Counter())[
+                kind if kind in HERDR_SUBMISSIONS else "unknown"] += 1
+        elif self.action == "wait":
+            outcome = event.get("catalog_outcome")
+            self.herdr.setdefault("waits", Counter())[
+                outcome if outcome in ("matched", "timeout") else "unknown"] += 1
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -175,6 +194,8 @@ class Group:
             data["receipts"] = {fact: dict(bucket) for fact, bucket in self.receipts.items()}
         if self.catalog:
             data["catalog"] = dict(self.catalog)
+        if self.herdr:
+            data["herdr"] = {name: dict(counts) for name, counts in self.herdr.items()}
         if self.effective_wait or self.effective_wait_unknown:
             data["effective_wait_ms"] = {"p50": percentile(self.effective_wait, 0.5),
                                          "known": len(self.effective_wait),
@@ -311,6 +332,14 @@ def _details(g: dict[str, Any]) -> list[str]:
                       "delivery, nothing sent, not counted below)" if repeats else "")
                    + "".join(f"; {fact} {_counts(counts)}"
                              for fact, counts in receipts.items()))
+    if "herdr" in g:
+        herdr = g["herdr"]
+        if "submissions" in herdr:
+            out.append(f"{name} herdr submissions: {_counts(herdr['submissions'])} (acknowledged: "
+                       "Herdr submitted the text, not that the work was done; uncertain: input "
+                       "unknown after a timeout, never resent)")
+        if "waits" in herdr:
+            out.append(f"{name} herdr waits: {_counts(herdr['waits'])}")
     if "issue_codes" in g:
         out.append(f"{name} completed with issues (not errors): {_counts(g['issue_codes'])}")
     if "catalog" in g:

@@ -3,8 +3,9 @@ run managed agents (launch, close, resume, archive, cancel, ...; ``agent_lifecyc
 
 Prompting goes through the guardian's receipts (``prompt_receipts``); with a guardian that
 lacks it the call fails with ``capability_missing`` — never a fallback to raw typing. The
-lifecycle actions are in ``agent_lifecycle``. Who may do which action (observe, control,
-input) is decided once, in ``authority``, before anything is sent.
+lifecycle actions are in ``agent_lifecycle``, the Herdr backend's in ``herdr_agent``. Who may
+do which action (observe, control, input) is decided once, in ``authority``, before anything
+is sent.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import mcp_types as types
 from tether.frontend.tools import replies
 from tether.frontend.tools.agent_lifecycle import agent_line, need_arg, run_lifecycle
 from tether.frontend.tools.base import Progress, Session, Tool, require_list_pages
+from tether.frontend.tools.herdr_agent import check_native_args, run_herdr
 from tether.frontend.tools.modes import Guard, check_agent_action, send_checked
 from tether.frontend.tools.outputs import AGENT_OUTPUT
 from tether.frontend.tools.schemas import AgentArgs, wire_cursor
-from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import LIST_COMMAND_CHARS, MAX_LIST_LIMIT, RPC_SLACK_S
 from tether.protocol.method_table import (
     AGENT_LIST,
@@ -58,7 +59,10 @@ class AgentTool(Tool):
         "(a turn that ran in between included); without after, from now on. A managed "
         "agent's record carries recognition (the same verdict as agent_state); cancel of an "
         "agent not in a turn is not_busy, nothing pressed. States: "
-        "initializing, idle, running (attention: approval), error, closed."
+        "initializing, idle, running (attention: approval), error, closed. backend herdr: "
+        "agents in Herdr, by the target aliases the operator configured: list, get, read "
+        "{target, lines?}, explain, wait {target, until?, timeout_seconds?}, prompt {target, "
+        "text} (no prompt_id; submitted once, never resent)."
     )
     args_model = AgentArgs
     output_schema = AGENT_OUTPUT
@@ -68,12 +72,8 @@ class AgentTool(Tool):
 
     async def run(self, session: Session, args: AgentArgs, progress: Progress) -> types.CallToolResult:
         if args.backend == "herdr":
-            raise TetherError(
-                ErrorCode.HERDR_DISABLED,
-                "the herdr backend is not configured on this server; ask the operator to "
-                "configure it (retrying unchanged will not help)",
-                {"operator_action_required": True, "input_sent": False},
-            )
+            return await run_herdr(session, args)
+        check_native_args(args)
         root, scope = session.scope(args.thread_id, args.workspace_root)
         # Who may do this action, in this thread's mode: checked before anything is sent.
         first_guard = await check_agent_action(session, root, scope, args.action)

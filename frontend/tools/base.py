@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from tether.frontend.guardians.lineage import Lineage
 from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.herdr.operator_config import HerdrSettings
 from tether.frontend.policy.authority import LOCAL, Caller
 from tether.protocol.methods import ModeSpec
 from tether.protocol.versions import Capability
@@ -58,6 +59,8 @@ class Session:
     #: The mode each thread was last seen in, shared by the calls of one server (a hint).
     modes: KnownModes = field(default_factory=lambda: KnownModes())
     lineage: Lineage = field(default_factory=Lineage)
+    #: The Herdr backend's settings, read once at start (none: the backend is disabled).
+    herdr: HerdrSettings = field(default_factory=HerdrSettings)
 
     @property
     def principal(self) -> str:

@@ -109,8 +109,8 @@ async def _reply(session: Session, args: InitializeArgs, root: str,
         "guardian": _guardian(handle),
         "agent_backends": {
             "native": {"availability": "available"},
-            "herdr": {"configuration_present": False, "availability": "disabled",
-                      "reason": "configuration_missing"},
+            # Whether the operator set TETHER_HERDR_CONFIG, no more: nothing is read or run.
+            "herdr": session.herdr.hint(),
         },
     }
     if "shell_running" in thread:

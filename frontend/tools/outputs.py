@@ -141,6 +141,56 @@ class PromptData(TypedDict):
     input_sent: bool
 
 
+# -- Agent with backend herdr (docs/tools.md#herdr-backend) --------------------------------------
+
+
+class HerdrListData(TypedDict):
+    """The configured targets, each with ``present`` and, when Herdr lists it, its state."""
+
+    backend: str
+    targets: list[Nested]
+
+
+class HerdrAgentData(TypedDict):
+    backend: str
+    target: str
+    agent: Nested
+
+
+class HerdrReadData(TypedDict):
+    backend: str
+    target: str
+    text: str
+    lines: int
+    source: str
+
+
+class HerdrExplainData(TypedDict):
+    backend: str
+    target: str
+    explain: Nested
+
+
+class HerdrWaitData(TypedDict):
+    backend: str
+    target: str
+    outcome: str
+    until: list[str]
+    timeout_ms: int
+    agent: NotRequired[Nested]
+
+
+class HerdrPromptData(TypedDict):
+    """Herdr acknowledged the submission (text and Enter); not that the work was done."""
+
+    backend: str
+    target: str
+    input_sent: bool
+    acknowledged: bool
+    completion_observed: bool
+    agent: Nested
+
+
 def _field(name: str, annotation: Any) -> str:
     # Annotations are postponed (PEP 563): a TypedDict holds them as ForwardRefs of the text.
     annotation = getattr(annotation, "__forward_arg__", annotation)
@@ -183,7 +233,8 @@ SHAPES: dict[str, tuple[type, ...]] = {
     "Initialize": (InitializeData,),
     "BashCommand": (CommandData, ScreenData, TurnData),
     "Execution": (ListData, GetData, PageData, ObserveData, WaitData, ExplainData),
-    "Agent": (ListData, GetData, PageData, ExplainData, WaitData, PromptData),
+    "Agent": (ListData, GetData, PageData, ExplainData, WaitData, PromptData, HerdrListData,
+              HerdrAgentData, HerdrReadData, HerdrExplainData, HerdrWaitData, HerdrPromptData),
 }
 
 INITIALIZE_OUTPUT = output_schema(*SHAPES["Initialize"])

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from tether.frontend.herdr.herdr_cli import MAX_READ_LINES
 from tether.protocol.limits import (
     CONVERSATION_ID_PATTERN,
     DEFAULT_LIST_LIMIT,
@@ -272,6 +273,8 @@ AgentWaitEvent = Literal[
     "notification",
 ]
 LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN)]
+#: Herdr's lifecycle states, which a Herdr wait can wait ``until``.
+HerdrState = Literal["idle", "working", "blocked", "done", "unknown"]
 
 
 class AgentArgs(ToolArgs):
@@ -282,7 +285,8 @@ class AgentArgs(ToolArgs):
     backend: Literal["native", "herdr"] = "native"
     action: Literal["list", "get", "read", "explain", "wait", "prompt", "launch", "close",
                     "resume", "archive", "unarchive", "cancel", "label", "notifications"]
-    target: Id | None = Field(default=None, description="execution_id of the agent")
+    target: Id | None = Field(default=None, description="native: execution_id of the agent; "
+                                                        "herdr: a configured target alias")
     prompt_id: Annotated[str, Field(pattern=PROMPT_ID_PATTERN)] | None = None
     text: PromptText | None = Field(
         default=None, description=f"prompt text (at most {MAX_PROMPT_BYTES // 1024} KiB in UTF-8)")
@@ -321,6 +325,12 @@ class AgentArgs(ToolArgs):
         default=False, description="prompt: when the input box already holds text, clear it "
                                    "with the program's own keys first (else the prompt is "
                                    "refused: input_not_empty, nothing typed)")
+    # the herdr backend
+    lines: int | None = Field(default=None, ge=1, le=MAX_READ_LINES,
+                              description="herdr read: recent lines (default 100)")
+    until: HerdrState | Annotated[list[HerdrState], Field(min_length=1, max_length=5)] | None = Field(
+        default=None, description="herdr wait: the state(s) to wait for (default: idle, done "
+                                  "or blocked); the wait ends by the operator's deadline_ms")
     # list / notifications
     parent: Id | None = Field(default=None, description="list/notifications: the parent execution")
     include_archived: bool = False

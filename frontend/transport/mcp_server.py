@@ -18,6 +18,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import ValidationError
 
 from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.herdr.operator_config import HerdrSettings
 from tether.frontend.policy.authority import LOCAL, PROFILES, Caller
 from tether.frontend.tools import replies
 from tether.frontend.tools.base import KnownModes, Session
@@ -60,6 +61,7 @@ def build_server(
     # Built once: generating the JSON schemas costs milliseconds per tools/list.
     definitions = {name: tool.definition() for name, tool in tools.items()}
     usage = UsageLog.from_env()  # docs/person.md#usage-log: every call is recorded in one place, here
+    herdr = HerdrSettings.from_env()  # only whether TETHER_HERDR_CONFIG is set: no file is read
 
     sessions: dict[Caller, Session] = {}
 
@@ -71,7 +73,8 @@ def build_server(
             locator = locators.get(caller.principal)
             if locator is None:
                 locator = locators[caller.principal] = GuardianLocator(config, caller.principal)
-            session = sessions[caller] = Session(locator=locator, caller=caller, modes=known_modes)
+            session = sessions[caller] = Session(locator=locator, caller=caller,
+                                                 modes=known_modes, herdr=herdr)
         return session
 
     async def list_tools(
