@@ -295,7 +295,7 @@ def _assert_same(lazy: TerminalScreen, reference: VTParser) -> None:
 
 def test_lazy_screen_equals_full_emulation() -> None:
     """The skip rules never change what the screen shows, nor the replies to queries."""
-    data = _corpus(seed=7, size=3_000_000)
+    data = _corpus(seed=7, size=1_500_000)
     reference_replies: list[bytes] = []
     reference = VTParser(HardenedScreen(120, 40, reference_replies.append))
     lazy_replies: dict[type[TerminalScreen], list[bytes]] = {TerminalScreen: [], SmallLazyScreen: []}
@@ -533,7 +533,7 @@ def test_cached_rows_match_rows_rendered_afresh(cols: int, rows: int, seed: int)
     rng = random.Random(seed)
     parser = VTParser(HardenedScreen(cols, rows))
     renders = 0
-    for chunk in _random_chunks(_corpus(seed, 300_000), seed, 4096):
+    for chunk in _random_chunks(_corpus(seed, 150_000), seed, 4096):
         parser.feed(chunk)
         if rng.random() < 0.01:
             parser.screen.resize(lines=rng.randint(2, rows + 5), columns=rng.randint(2, cols + 9))
