@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from tether.protocol.limits import (
+    CHOICE_PATTERN,
     CONVERSATION_ID_PATTERN,
     DEFAULT_LIST_LIMIT,
     DEFAULT_OBSERVE_PAGE_BYTES,
@@ -281,7 +282,8 @@ class AgentArgs(ToolArgs):
     workspace_root: WorkspaceRoot
     backend: Literal["native", "herdr"] = "native"
     action: Literal["list", "get", "read", "explain", "wait", "prompt", "launch", "close",
-                    "resume", "archive", "unarchive", "cancel", "label", "notifications"]
+                    "resume", "archive", "unarchive", "cancel", "label", "notifications",
+                    "approvals", "respond"]
     target: Id | None = Field(default=None, description="execution_id of the agent")
     prompt_id: Annotated[str, Field(pattern=PROMPT_ID_PATTERN)] | None = None
     text: PromptText | None = Field(
@@ -321,8 +323,14 @@ class AgentArgs(ToolArgs):
         default=False, description="prompt: when the input box already holds text, clear it "
                                    "with the program's own keys first (else the prompt is "
                                    "refused: input_not_empty, nothing typed)")
-    # list / notifications
-    parent: Id | None = Field(default=None, description="list/notifications: the parent execution")
+    # approvals / respond
+    approval_id: Id | None = Field(default=None, description="respond: the approval to answer")
+    choice: Annotated[str, Field(pattern=CHOICE_PATTERN)] | None = Field(
+        default=None, description="respond: approve, deny, or the key of an offered option")
+    pending_only: bool = Field(default=True, description="approvals: only those still asked")
+    # list / notifications / approvals
+    parent: Id | None = Field(default=None, description="list/notifications/approvals: the "
+                                                        "parent execution")
     include_archived: bool = False
     before: ListBefore | None = Field(default=None, description=f"list: {BEFORE_DESCRIPTION}")
 

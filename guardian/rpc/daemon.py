@@ -149,6 +149,8 @@ class Guardian:
             on_activity=self._touch,
             on_shutdown=self.request_stop,
             reconciled=lost,
+            notify_command=self.config.notify_command,
+            notify_timeout_s=self.config.notify_timeout_s,
         )
         context: zmq.Context[Any] = zmq.Context()
         server = RouterServer(self.paths.endpoint, service.handle_frame, context)
