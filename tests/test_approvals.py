@@ -19,9 +19,10 @@ from mcp import Client
 
 from tests.agent_helpers import TETHER, fake_argv, launch, launched_by, run_prompt, wait_state
 from tests.conftest import stdio_params
-from tests.helpers import poll
+from tests.helpers import poll, start_guardian
 from tests.mcp_helpers import agent, initialize, kill_front_end, prompt_log
 from tests.person_terminal import PersonTerminal
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -286,3 +287,17 @@ async def test_a_hanging_hook_is_killed_and_the_guardian_answers(
     assert [r["approval"]["approval_id"] for r in rows if r["kind"] == "approval"] == [
         first["approval_id"], second["approval_id"]]
     assert os.path.exists(heard)
+
+
+async def test_an_older_guardian_refuses_approvals_before_anything_is_typed(
+    tether_env: Config, workspace: Path
+) -> None:
+    start_guardian(workspace, tether_env, "1.8")
+    async with Client(build_server(tether_env)) as client:
+        session = await initialize(client, workspace)
+        for args in ({"action": "approvals"},
+                     {"action": "respond", "approval_id": "ap_x", "choice": "approve"}):
+            refused = await agent(client, session, args, error=True)
+            assert refused["code"] == "capability_missing", refused
+            assert refused["data"]["capability"] == "approvals"
+            assert refused["data"]["input_sent"] is False
