@@ -208,7 +208,7 @@ class Models:
                  "user_parts": _last_user_parts(items),
                  "tool_result": _last_is_tool_result(items), "decision": decision[0],
                  # What the program told the model of the last tool call (a denial's words).
-                 "last_tool_output": (_tool_outputs(items) or [None])[-1],
+                 "last_tool_output": next(reversed(_tool_outputs(items)), None),
                  "value": decision[1][:200], "tools": len(body.get("tools") or [])}
         if tether_tools:
             # The schemas exactly as the client handed them to the model: compared with

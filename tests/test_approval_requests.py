@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,12 +15,12 @@ from tests.helpers import fixture_file
 from tether.guardian.agents.notify_hook import MAX_HOOK_OUTPUT, run_hook
 from tether.guardian.agents.recognize import ScreenView, default_rule_sets, recognize
 from tether.guardian.agents.recognize.asking import keys_bytes, read_request
-from tether.guardian.agents.recognize.model import RuleFileError
 from tether.guardian.agents.recognize.loader import parse_rule_file
+from tether.guardian.agents.recognize.model import RuleFileError
 from tether.shared.config import Config, notify_argv
 
 
-def asked(relative: str, recognizer: str) -> tuple[dict[str, object], dict[str, tuple[str, ...]]]:
+def asked(relative: str, recognizer: str) -> tuple[dict[str, Any], dict[str, tuple[str, ...]]]:
     view = ScreenView.from_text(fixture_file(f"agents/{relative}.txt").read_text())
     verdict = recognize(view, recognizer)
     assert verdict.state == "awaiting_approval", verdict.rule
@@ -39,7 +40,7 @@ def test_claude_code_bash_permission() -> None:
     assert options[0]["selected"] and not options[3]["selected"]
     assert keys == {"1": ("1",), "2": ("2",), "3": ("3",), "4": ("4",)}
     moved, _ = asked("claude-2.1.332/11_approval_allow_always_selected", "claude")
-    assert [o["selected"] for o in moved["options"]] == [False, True, False, False]  # type: ignore[union-attr]
+    assert [o["selected"] for o in moved["options"]] == [False, True, False, False]
 
 
 def test_codex_command_approval_keys_are_its_shortcuts() -> None:
@@ -103,7 +104,7 @@ def test_a_numbered_list_above_the_question_is_not_an_option() -> None:
 
 def test_a_broken_approval_table_names_the_file() -> None:
     base = 'name = "x"\n[[rule]]\nid = "a"\nstate = "busy"\npriority = 1\ncontains = "x"\n'
-    with pytest.raises(RuleFileError, match="x.toml: approval: style"):
+    with pytest.raises(RuleFileError, match=r"x\.toml: approval: style"):
         parse_rule_file("x.toml", (base + '[approval]\nstyle = "grid"\noption = "a"\n'
                                           'approve = "y"\ndeny = "n"\n').encode())
     with pytest.raises(RuleFileError, match="keys"):

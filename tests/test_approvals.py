@@ -236,7 +236,7 @@ async def test_child_approval_reaches_parent_once_across_restarts(
         after = (await agent(second, third, {"action": "notifications", "parent": parent}))
         rows_after = after["data"]["notifications"]
         assert approval_notices(rows_after) == [(notice["id"], approval_id)]
-        lost = [n for n in rows_after if n["kind"] == "approval"][0]["approval"]
+        lost = next(n for n in rows_after if n["kind"] == "approval")["approval"]
         assert lost["status"] == "resolved" and lost["resolved"]["how"] == "unknown"
         assert lost["resolved"]["by"] == "guardian_lost"
         stale = await agent(second, third, {"action": "respond", "approval_id": approval_id,
@@ -274,6 +274,7 @@ async def test_a_hanging_hook_is_killed_and_the_guardian_answers(
     assert time.monotonic() - started < 0.9
     await agent(client, session, {"action": "respond", "approval_id": first["approval_id"],
                                   "choice": "approve"})
+    await wait_state(client, session, eid, "idle")
     second = await ask(client, session, eid, "echo two", "p2")
     # Killed at its deadline, the hook runs again for the next notice (the finished turn
     # and the second question), each once.
