@@ -160,8 +160,6 @@ async def test_person_cli_lists_and_answers(client: Client, workspace: Path,
     listed = run("approvals", "--workspace", str(workspace))
     assert listed.returncode == 0, listed.stderr
     assert approval["approval_id"] in listed.stdout and "make deploy" in listed.stdout
-    rows = json.loads(run("approvals", "--json").stdout)
-    assert [r["approval_id"] for r in rows] == [approval["approval_id"]]
     approved = run("approve", approval["approval_id"][:8])
     assert approved.returncode == 0, approved.stderr
     assert "left the screen" in approved.stdout
@@ -169,7 +167,9 @@ async def test_person_cli_lists_and_answers(client: Client, workspace: Path,
     repeat = run("deny", approval["approval_id"])
     assert repeat.returncode == 0 and "already answered, nothing typed" in repeat.stdout
     assert [a["answer"] for a in answers(said)] == ["approved"]
-    assert json.loads(run("approvals", "--json").stdout) == []
+    rows = json.loads(run("approvals", "--all", "--json").stdout)
+    assert [(r["approval_id"], r["status"], r["resolved"]["how"]) for r in rows] == [
+        (approval["approval_id"], "resolved", "approved")]
 
 
 HOOK = """import json, sys, time

@@ -16,13 +16,18 @@ import shutil
 import sys
 from typing import Any
 
-from tether.frontend.person.connect import Found, ambiguous, as_data, guardians, run_cli, workspace_arg
+from tether.frontend.person.connect import (
+    Found,
+    ambiguous,
+    as_data,
+    guardians,
+    run_cli,
+    workspace_arg,
+)
 from tether.frontend.person.term import table, visible
-from tether.frontend.tools.agent import approval_line
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import DEFAULT_RESPOND_WAIT_MS, MAX_APPROVAL_LIST, RPC_SLACK_S
 from tether.protocol.method_table import AGENT_APPROVALS, AGENT_RESPOND
-from tether.protocol.results import ApprovalRecord
 from tether.protocol.versions import Capability
 from tether.shared.config import Config
 
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None, command: str = "approvals") -> int:
                 "approval_id": approval["approval_id"], "choice": command,
                 "timeout_ms": timeout_ms}, timeout_s=timeout_ms / 1000 + RPC_SLACK_S)
         response = answered.response
-        print(visible(approval_line(ApprovalRecord.model_validate(as_data(answered)["approval"]))))
+        print(visible("  ".join(_rows([dict(as_data(answered)["approval"])])[0])))
         what = "already answered, nothing typed" if answered.replayed else \
             f"typed {' '.join(response.keys)}"
         print(f"{command}: {what}; the question "
