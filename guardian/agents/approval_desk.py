@@ -69,6 +69,7 @@ class _Open:
     record: dict[str, Any]
     asked: Asked
     live: LiveExecution
+    opened_at: float = 0.0  # loop time the question was first seen
     typed: bytearray = field(default_factory=bytearray)
     responded: str | None = None  # the option respond typed
 
@@ -155,7 +156,7 @@ class ApprovalDesk:
             "screen": asked.screen,
             "created_at_unix_ms": self._clock.now_ms(),
         }
-        opened = _Open(approval, asked, live)
+        opened = _Open(approval, asked, live, opened_at=asyncio.get_running_loop().time())
         self._catalog.put_approval(approval, self._instance_id)
         self._open[live.execution_id] = opened
         live.runtime.on_input = opened.seen
@@ -263,6 +264,18 @@ class ApprovalDesk:
                 raise self._stale(record, "the screen no longer shows it")
             option = self._pick(current, params.choice)
             keys = current.asked.keys[option]
+            # A question only just drawn may not read keys yet: wait until it has been on
+            # screen for the rule file's settle_ms, then look once more.
+            rules = default_rule_sets().get(str(record["recognizer"]))
+            settle = (rules.approval.settle_ms if rules is not None and rules.approval
+                      is not None else 0) / 1000
+            wait = current.opened_at + settle - asyncio.get_running_loop().time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                verdict = await self._watch.look_now(record["execution_id"])
+                if self._open.get(record["execution_id"]) is not current or verdict is None \
+                        or verdict.state != "awaiting_approval":
+                    raise self._stale(record, "the screen no longer shows it")
             response: dict[str, Any] = {
                 "choice": params.choice, "option": option, "keys": list(keys),
                 "input_sent": "unknown", "left_approval": False, "state_after": None,

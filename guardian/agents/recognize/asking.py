@@ -19,6 +19,9 @@ A rule file's ``[approval]`` table says how its program draws a question::
     approve = '(?i)^yes'          # the option ``approve`` picks: the first label matching
     deny = '(?i)^no'              # the option ``deny`` picks: the first label matching
     escape = "deny"               # optional: what a bare Escape typed meanwhile answers
+    settle_ms = 600               # optional (default 300): how long the question must have
+                                  # been on screen before respond types (keys typed sooner
+                                  # can be lost: the program draws before it reads)
     denied = '(?i)declined'       # optional: on the screen after, a sign the answer was no
     [[approval.request]]          # what is asked, tried in order: the first that matches
     what = "command"              # command | file | url | tool | other
@@ -46,7 +49,12 @@ from tether.protocol.errors import TetherError
 Style = Literal["lines", "row", "letters"]
 WHATS = ("command", "file", "url", "tool", "other")
 APPROVAL_KEYS = frozenset({"description", "region", "question", "style", "option", "shortcut",
-                           "keys", "approve", "deny", "escape", "denied", "request"})
+                           "keys", "approve", "deny", "escape", "denied", "settle_ms", "request"})
+#: How long a question must have been on screen before ``respond`` types (``settle_ms``): a
+#: program may draw it before it reads keys (Claude Code: keys typed within ~0.3 s of the
+#: dialog are lost).
+DEFAULT_SETTLE_MS = 300
+MAX_SETTLE_MS = 5000
 REQUEST_KEYS = frozenset({"what", "tool", "regex"})
 DEFAULT_REGION = Region("bottom", 30)
 #: What a record keeps of a screen and of a detail (characters).
@@ -79,6 +87,7 @@ class ApprovalForm:
     escape: str | None
     denied: re.Pattern[str] | None
     requests: tuple[RequestForm, ...]
+    settle_ms: int = DEFAULT_SETTLE_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +139,9 @@ def parse_approval(filename: str, raw: object) -> ApprovalForm | None:
         tool = entry.get("tool")
         requests.append(RequestForm(what, str(tool) if tool else None,
                                     _regex(filename, f"request #{index + 1}", entry["regex"])))
+    settle = raw.get("settle_ms", DEFAULT_SETTLE_MS)
+    if isinstance(settle, bool) or not isinstance(settle, int) or not 0 <= settle <= MAX_SETTLE_MS:
+        raise RuleFileError(filename, f"approval: settle_ms must be 0 to {MAX_SETTLE_MS}")
     region = raw.get("region", {"bottom": DEFAULT_REGION.rows})
     if not (isinstance(region, dict) and set(region) == {"bottom"} and isinstance(
             region["bottom"], int) and 1 <= region["bottom"] <= 200):
@@ -146,6 +158,7 @@ def parse_approval(filename: str, raw: object) -> ApprovalForm | None:
         escape=escape,
         denied=_regex(filename, "denied", raw["denied"]) if "denied" in raw else None,
         requests=tuple(requests),
+        settle_ms=settle,
     )
 
 
