@@ -4,6 +4,7 @@ the operator hook's runner and configuration (docs/tools.md#the-operator-hook)."
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -151,3 +152,39 @@ def test_notify_command_is_an_argv_never_a_shell() -> None:
             notify_argv(bad)
     with pytest.raises(ValueError, match="TETHER_NOTIFY_TIMEOUT_S"):
         Config.from_env({"HOME": "/tmp", "TETHER_NOTIFY_TIMEOUT_S": "0"})
+
+
+# -- the usage log and its report --------------------------------------------------------------
+
+
+def test_usage_counts_approvals_without_their_text() -> None:
+    import mcp_types as types
+
+    from tether.frontend.person.report import build_report
+    from tether.frontend.usage import workflow_fields
+
+    approval = {"approval_id": "ap_1", "status": "resolved", "request": {
+        "what": "command", "detail": "rm -rf secret-dir", "options": []},
+        "resolved": {"how": "denied"}}
+    listed = types.CallToolResult(content=[], structured_content={
+        "ok": True, "status": "ok", "data": {"approvals": [approval, {**approval,
+                                                                       "status": "pending"}]}})
+    answered = types.CallToolResult(content=[], structured_content={
+        "ok": True, "status": "ok", "data": {"approval": approval, "replayed": False,
+                                             "response": {"left_approval": True}}})
+    stale = types.CallToolResult(content=[], is_error=True, structured_content={
+        "ok": False, "status": "error", "code": "approval_stale", "data": {}})
+    fields = [workflow_fields("Agent", {"action": "approvals"}, listed),
+              workflow_fields("Agent", {"action": "respond"}, answered),
+              workflow_fields("Agent", {"action": "respond"}, stale)]
+    assert fields[0]["approvals_listed"] == 2 and fields[0]["approvals_pending"] == 1
+    assert fields[1]["approval_outcome"] == "denied" and fields[1]["approval_left"] is True
+    assert fields[2]["approval_stale"] is True
+    assert "secret-dir" not in str(fields)
+    lines = [json.dumps({"event": "tool_call", "usage_schema": 1, "tool": "Agent",
+                         "action": action, "backend": "native", "duration_ms": 1.0,
+                         "outcome": "ok", "code": None, "ts_unix_ms": 1, **extra})
+             for action, extra in zip(("approvals", "respond", "respond"), fields, strict=True)]
+    groups = build_report(lines, last=None, since_minutes=0, now_ms=0).to_dict()["workflows"]
+    counts = {g["action"]: g.get("approvals") for g in groups}
+    assert counts == {"approvals": {"listed": 2}, "respond": {"denied": 1, "stale": 1}}
