@@ -24,6 +24,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,9 +51,11 @@ class HookRun:
 
 
 def run_hook(argv: tuple[str, ...], payload: bytes, timeout_s: float,
-             env: dict[str, str] | None = None) -> HookRun:
+             env: dict[str, str] | None = None,
+             on_start: Callable[[int | None], None] | None = None) -> HookRun:
     """Run ``argv`` with ``payload`` on stdin; kill its session at ``timeout_s``. Blocking:
-    called in the hook's own thread."""
+    called in the hook's own thread. ``on_start`` hears the pid once it runs (and None once
+    it is gone), so that a guardian stopping can end it at once."""
     deadline = time.monotonic() + timeout_s
     try:
         proc = subprocess.Popen(
@@ -61,6 +64,8 @@ def run_hook(argv: tuple[str, ...], payload: bytes, timeout_s: float,
     except OSError as exc:
         return HookRun("failed", f"could not start {argv[0]!r}: {exc}", b"")
     assert proc.stdin is not None and proc.stdout is not None
+    if on_start is not None:
+        on_start(proc.pid)
     stdin, stdout = proc.stdin.fileno(), proc.stdout.fileno()
     os.set_blocking(stdin, False)
     os.set_blocking(stdout, False)
@@ -105,6 +110,8 @@ def run_hook(argv: tuple[str, ...], payload: bytes, timeout_s: float,
         proc.stdout.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
+        if on_start is not None:
+            on_start(None)
     if timed_out:
         return HookRun("timed_out", f"killed after {timeout_s:g}s (TETHER_NOTIFY_TIMEOUT_S)",
                        bytes(output))
@@ -124,6 +131,7 @@ class NoticeHook:
         self.timeout_s = timeout_s
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._running: int | None = None  # the pid of the run under way (its session's id)
 
     @property
     def enabled(self) -> bool:
@@ -169,7 +177,8 @@ class NoticeHook:
                 payload = json.dumps({"notice_id": notice_id, **body}).encode()
                 try:
                     run = await loop.run_in_executor(self._executor, run_hook, self.argv,
-                                                     payload, self.timeout_s)
+                                                     payload, self.timeout_s, None,
+                                                     self._started)
                 except Exception as exc:  # the thread itself failed: say so, go on
                     run = HookRun("failed", f"could not run: {exc}", b"")
                 if run.state != "ok":
@@ -182,9 +191,17 @@ class NoticeHook:
                     log.exception("the operator hook could not record notice %s", notice_id)
                     return
 
+    def _started(self, pid: int | None) -> None:
+        self._running = pid
+
     def close(self) -> None:
-        """Guardian stopping: no new runs (one that runs ends at its deadline)."""
+        """Guardian stopping: no new runs, and the one under way is ended now (its notice
+        stays ``started``: the next guardian calls it ``unknown``)."""
         if self._task is not None:
             self._task.cancel()
+        pid = self._running
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
