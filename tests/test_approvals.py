@@ -17,10 +17,18 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.agent_helpers import TETHER, fake_argv, launch, launched_by, run_prompt, wait_state
+from tests.agent_helpers import (
+    FAKE_AGENT,
+    TETHER,
+    fake_argv,
+    launch,
+    launched_by,
+    run_prompt,
+    wait_state,
+)
 from tests.conftest import stdio_params
 from tests.helpers import poll, start_guardian
-from tests.mcp_helpers import agent, initialize, kill_front_end, prompt_log
+from tests.mcp_helpers import agent, bash, execution, initialize, kill_front_end, prompt_log
 from tests.person_terminal import PersonTerminal
 from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
@@ -302,3 +310,34 @@ async def test_an_older_guardian_refuses_approvals_before_anything_is_typed(
             assert refused["code"] == "capability_missing", refused
             assert refused["data"]["capability"] == "approvals"
             assert refused["data"]["input_sent"] is False
+
+
+async def test_an_observed_program_has_approvals_too(client: Client, workspace: Path,
+                                                     tmp_path: Path) -> None:
+    """A program run as a background command, once a recognizer was asked about it."""
+    session = await initialize(client, workspace)
+    said = tmp_path / "answers.log"
+    eid = (await bash(client, session, {
+        "type": "command", "is_background": True, "command":
+        f"{sys.executable} {FAKE_AGENT} --log {tmp_path / 'agent.log'} --approval "
+        f"--answer-log {said}"}))["execution_id"]
+    await bash(client, session, {"type": "wait_for_turn", "execution_id": eid,
+                                 "recognizer": "claude", "quiet_ms": 100})
+    await execution(client, session, {"type": "explain", "execution_id": eid,
+                                       "recognizer": "claude"})  # now under the watch
+    await bash(client, session, {"type": "send_text", "execution_id": eid,
+                                 "text": "npm publish", "submit": True})
+    deadline = time.monotonic() + 15
+    while True:
+        listed = (await agent(client, session, {"action": "approvals", "target": eid}))
+        if listed["data"]["approvals"]:
+            break
+        assert time.monotonic() < deadline, "no approval of the observed program"
+        time.sleep(0.05)
+    approval = listed["data"]["approvals"][0]
+    assert approval["request"]["detail"] == "npm publish" and approval["provider"] == "claude"
+    answered = (await agent(client, session, {"action": "respond", "approval_id":
+                                              approval["approval_id"], "choice": "2"}))["data"]
+    assert answered["response"]["left_approval"] is True
+    assert answered["approval"]["resolved"]["how"] == "denied"
+    assert [a["answer"] for a in answers(said)] == ["denied"]
