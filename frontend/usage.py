@@ -399,7 +399,8 @@ ACTIONS: dict[str, frozenset[str]] = {
                               "wait_for_turn"}),
     "Execution": frozenset({"list", "get", "explain", "read", "observe", "wait"}),
     "Agent": frozenset({"list", "get", "read", "explain", "wait", "prompt", "launch", "close",
-                        "resume", "archive", "unarchive", "cancel", "label", "notifications"}),
+                        "resume", "archive", "unarchive", "cancel", "label", "notifications",
+                        "approvals", "respond"}),
 }
 BACKENDS = frozenset({"native", "herdr"})
 #: What a call is logged as when even its classification failed.
@@ -489,6 +490,8 @@ def workflow_fields(
         if action == "prompt":
             fields["herdr_submission"] = herdr_submission(result, data)
         return fields
+    if tool == "Agent" and action in ("approvals", "respond"):
+        fields.update(approval_fields(action, data, result))
     receipt = data.get("receipt")
     if tool == "Agent" and isinstance(receipt, dict):
         fields["receipt_observed"] = True
@@ -515,6 +518,36 @@ def herdr_submission(result: types.CallToolResult | None, data: Mapping[str, Any
     if sent == "unknown":
         return "uncertain"
     return "not_sent" if sent is False else "unknown"
+#: How an approval ended, and what a response typed: the finite words the log keeps.
+_HOW = frozenset({"approved", "denied", "other", "unknown"})
+
+
+def approval_fields(action: str, data: Mapping[str, Any],
+                    result: types.CallToolResult | None) -> dict[str, Any]:
+    """Approvals listed (and how many pending), a response's outcome — replayed, stale, how
+    the approval ended, whether the screen left the question — as counts and words, never
+    the request's text (docs/person.md#usage-log)."""
+    fields: dict[str, Any] = {}
+    if action == "approvals":
+        listed = data.get("approvals")
+        if isinstance(listed, list):
+            fields["approvals_listed"] = len(listed)
+            fields["approvals_pending"] = sum(
+                1 for a in listed if isinstance(a, dict) and a.get("status") == "pending")
+        return fields
+    content = (result.structured_content or {}) if result is not None else {}
+    fields["approval_stale"] = content.get("code") == "approval_stale"
+    response = data.get("response")
+    if isinstance(response, dict):
+        if isinstance(data.get("replayed"), bool):
+            fields["approval_replayed"] = data["replayed"]
+        if isinstance(response.get("left_approval"), bool):
+            fields["approval_left"] = response["left_approval"]
+        approval = data.get("approval")
+        resolved = approval.get("resolved") if isinstance(approval, dict) else None
+        how = resolved.get("how") if isinstance(resolved, dict) else None
+        fields["approval_outcome"] = how if how in _HOW else "pending"
+    return fields
 
 
 def wait_fields(wait: Mapping[str, float | None]) -> dict[str, Any]:

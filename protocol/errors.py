@@ -89,6 +89,9 @@ class ErrorCode(StrEnum):
     INVALID_STATE = "invalid_state"
     # cancel of an agent whose screen shows no turn (it waits for input): nothing pressed.
     NOT_BUSY = "not_busy"
+    # respond to an approval that is no longer on screen (answered, replaced, its runtime
+    # gone): nothing typed.
+    APPROVAL_STALE = "approval_stale"
     # A program that could not be started (a managed agent's, or a background command's).
     SPAWN_FAILED = "spawn_failed"
     # Anything unexpected: a bug, reported instead of crashing.

@@ -174,6 +174,16 @@ MAX_AGENT_LIST = 500
 DEFAULT_AGENT_LIST = 100
 MAX_NOTIFICATIONS = 500
 MAX_NOTIFICATION_WAIT_MS = 30_000
+#: Approvals (docs/tools.md#approvals): how many a listing returns at most (and by default),
+#: how many each execution keeps (the oldest resolved ones go first), how long ``respond``
+#: waits for the screen to leave the question, and what a choice may be (``approve``,
+#: ``deny`` or an offered option's key: a digit, a letter, a key name).
+MAX_APPROVAL_LIST = 500
+DEFAULT_APPROVAL_LIST = 50
+MAX_APPROVALS_PER_EXECUTION = 64
+MAX_RESPOND_WAIT_MS = 30_000
+DEFAULT_RESPOND_WAIT_MS = 5_000
+CHOICE_PATTERN = r"^[A-Za-z0-9_+-]{1,32}$"
 #: How long a lifecycle request may take (launch, resume, close and archive wait for
 #: processes to start or end; an archive cascade closes a whole tree).
 AGENT_RPC_TIMEOUT_S = 30.0

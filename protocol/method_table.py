@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import (
+    AgentApprovalsParams,
     AgentCancelParams,
     AgentDetachRemoteParams,
     AgentLabelParams,
@@ -27,6 +28,7 @@ from tether.protocol.methods import (
     AgentNotificationsParams,
     AgentPromptParams,
     AgentReceiptParams,
+    AgentRespondParams,
     AgentTargetParams,
     ExecAncestorParams,
     ExecDescribeParams,
@@ -53,11 +55,13 @@ from tether.protocol.methods import (
     WorkspaceListParams,
 )
 from tether.protocol.results import (
+    AgentApprovalsResult,
     AgentArchiveResult,
     AgentCancelResult,
     AgentGetResult,
     AgentListResult,
     AgentNotificationsResult,
+    AgentRespondResult,
     AgentResult,
     AncestorResult,
     DescribeResult,
@@ -215,6 +219,10 @@ AGENT_GET = Method("agent.get", AgentTargetParams, AgentGetResult, Capability.AG
 AGENT_NOTIFICATIONS = Method("agent.notifications", AgentNotificationsParams,
                              AgentNotificationsResult, Capability.AGENT_LIFECYCLE,
                              read_only=True)
+AGENT_APPROVALS = Method("agent.approvals", AgentApprovalsParams, AgentApprovalsResult,
+                         Capability.APPROVALS, read_only=True)
+AGENT_RESPOND = Method("agent.respond", AgentRespondParams, AgentRespondResult,
+                       Capability.APPROVALS)
 EXEC_ANCESTOR = Method("exec.ancestor", ExecAncestorParams, AncestorResult,
                        Capability.AGENT_LIFECYCLE, read_only=True)
 
@@ -228,5 +236,5 @@ METHODS: dict[str, Method[Any, Any]] = {method.name: method for method in (
     WORKSPACE_LIST, EXEC_DESCRIBE, EXEC_STREAM, PERSON_INPUT,
     AGENT_LAUNCH, AGENT_CLOSE, AGENT_RESUME, AGENT_ARCHIVE, AGENT_UNARCHIVE, AGENT_DETACH,
     AGENT_DETACH_REMOTE, AGENT_CANCEL, AGENT_LABEL, AGENT_LIST, AGENT_GET, AGENT_NOTIFICATIONS,
-    EXEC_ANCESTOR,
+    EXEC_ANCESTOR, AGENT_APPROVALS, AGENT_RESPOND,
 )}

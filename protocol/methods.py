@@ -29,18 +29,22 @@ from pydantic_core import PydanticCustomError
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import (
+    CHOICE_PATTERN,
     CONVERSATION_ID_PATTERN,
     DEFAULT_AGENT_LIST,
+    DEFAULT_APPROVAL_LIST,
     DEFAULT_CANCEL_WAIT_MS,
     DEFAULT_COLS,
     DEFAULT_LIST_LIMIT,
     DEFAULT_OBSERVE_PAGE_BYTES,
     DEFAULT_PAGE_BYTES,
+    DEFAULT_RESPOND_WAIT_MS,
     DEFAULT_ROWS,
     ID_PATTERN,
     LABEL_KEY_PATTERN,
     MAX_AGENT_LIST,
     MAX_ANCESTORS,
+    MAX_APPROVAL_LIST,
     MAX_ARGV,
     MAX_ARGV_BYTES,
     MAX_CANCEL_WAIT_MS,
@@ -66,6 +70,7 @@ from tether.protocol.limits import (
     MAX_PROMPT_BYTES,
     MAX_PROMPT_WAIT_MS,
     MAX_QUIET_MS,
+    MAX_RESPOND_WAIT_MS,
     MAX_ROWS,
     MAX_STREAM_BYTES,
     MAX_STREAM_LINGER_MS,
@@ -499,6 +504,25 @@ class AgentNotificationsParams(AgentScoped):
     timeout_ms: int = Field(default=0, ge=0, le=MAX_NOTIFICATION_WAIT_MS)
 
 
+class AgentApprovalsParams(AgentScoped):
+    """``agent.approvals`` (docs/tools.md#approvals): the workspace's approvals, newest first;
+    ``parent``: only its children's, ``execution_id``: only that execution's."""
+
+    parent: ExecutionId | None = None
+    execution_id: ExecutionId | None = None
+    pending_only: bool = True
+    limit: int = Field(default=DEFAULT_APPROVAL_LIST, ge=1, le=MAX_APPROVAL_LIST)
+
+
+class AgentRespondParams(AgentScoped):
+    """``agent.respond``: answer one approval, once (``choice``: ``approve``, ``deny`` or an
+    offered option's key); waits up to ``timeout_ms`` for the screen to leave the question."""
+
+    approval_id: Annotated[str, Field(pattern=ID_PATTERN)]
+    choice: Annotated[str, Field(pattern=CHOICE_PATTERN)]
+    timeout_ms: int = Field(default=DEFAULT_RESPOND_WAIT_MS, ge=0, le=MAX_RESPOND_WAIT_MS)
+
+
 class AgentDetachRemoteParams(AgentScoped):
     """Detach this workspace's agents whose parent, in ``parent_workspace``, was archived."""
 
@@ -555,7 +579,7 @@ class ModeGuard(Params):
 
 #: Methods that type into a terminal on a thread: the guardian checks their ModeGuard.
 MODE_GUARDED = frozenset({"exec.start", "exec.input", "agent.prompt", "agent.launch",
-                          "agent.cancel", "agent.resume", "agent.unarchive"})
+                          "agent.cancel", "agent.resume", "agent.unarchive", "agent.respond"})
 
 
 class ShutdownParams(Params):

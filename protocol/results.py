@@ -634,8 +634,87 @@ class AgentRecord(ExecutionRecord):
     turn_seq: int | None = None
 
 
+class ApprovalOption(Result):
+    """One answer a question offers: the key that selects it, its label as shown, and
+    whether it approves, denies or does something else (docs/tools.md#approvals)."""
+
+    key: str
+    label: str
+    kind: str  # approve | deny | other
+    selected: bool = False
+
+
+class ApprovalRequest(Result):
+    """What is asked, normalized from the screen: ``what`` (command, file, url, tool, trust,
+    login, choice, other), the tool and the detail (command line, file, URL) as the
+    program shows them, the question, and the options."""
+
+    attention: str | None = None
+    what: str
+    tool: str | None = None
+    detail: str | None = None
+    question: str | None = None
+    options: list[ApprovalOption]
+
+
+class ApprovalResolution(Result):
+    """How an approval ended: ``approved``, ``denied``, ``other`` or ``unknown``, by whom
+    (``respond``, ``input`` typed into the terminal, the ``program`` itself, ``runtime``
+    gone, ``guardian_lost``)."""
+
+    how: str
+    by: str
+    at_unix_ms: int
+    reason: str | None = None
+    option: str | None = None
+
+
+class ApprovalResponse(Result):
+    """What ``agent.respond`` typed (once): the choice asked, the option and keys it chose,
+    and the receipt — whether the screen left the question (``left_approval``)."""
+
+    choice: str
+    option: str
+    keys: list[str]
+    input_sent: bool | str
+    left_approval: bool
+    state_after: str | None = None
+    at_unix_ms: int
+
+
+class ApprovalRecord(Result):
+    """A question an agent asked (docs/tools.md#approvals)."""
+
+    approval_id: str
+    execution_id: str
+    generation: int
+    turn_seq: int
+    provider: str | None = None
+    recognizer: str | None = None
+    rule: str | None = None
+    parent_execution_id: str | None = None
+    status: str  # pending | resolved
+    request: ApprovalRequest
+    screen: str
+    created_at_unix_ms: int
+    resolved: ApprovalResolution | None = None
+    response: ApprovalResponse | None = None
+
+
+class AgentApprovalsResult(Result):
+    approvals: list[ApprovalRecord]
+
+
+class AgentRespondResult(Result):
+    approval: ApprovalRecord
+    response: ApprovalResponse
+    replayed: bool
+    input_sent: bool | str
+
+
 class AgentNotification(Result):
-    """A durable notice for a parent (docs/tools.md#deaths-cancel-and-notices)."""
+    """A durable notice for a parent (docs/tools.md#deaths-cancel-and-notices); an approval
+    notice carries the approval (docs/tools.md#approvals)."""
 
     id: int
     parent_execution_id: str
@@ -644,6 +723,7 @@ class AgentNotification(Result):
     turn_seq: int
     created_at_unix_ms: int
     delivered_prompt_id: str | None = None
+    approval: ApprovalRecord | None = None
 
 
 class AgentResult(Result):

@@ -48,6 +48,10 @@ class Capability(StrEnum):
     #: managed agent's ``recognition``, and ``cancel`` refusing an agent not in a turn
     #: (``not_busy``).
     TURN_LOG = "turn_log"
+    #: Approvals as records: ``agent.approvals`` lists the questions agents ask (normalized
+    #: from the screen, with their options and keys), ``agent.respond`` answers one once;
+    #: approval notices carry the record.
+    APPROVALS = "approvals"
 
 
 class Version(NamedTuple):
@@ -81,6 +85,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
     8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG}),
+    9: frozenset({Capability.APPROVALS}),
 }
 
 

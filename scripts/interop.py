@@ -954,6 +954,125 @@ async def opencode_inside(t: Tether, env: Env, rec: Recorder, project: Path) -> 
     await close(t, rec, eid)
 
 
+# -- approvals through Agent approvals / respond (--checks approvals) --------------------------
+
+#: What a denial looks like in the tool result a program sends its model next.
+DENIAL = re.compile(r"(?i)reject|denied|declin|abort|cancel|doesn't want|did not|not allowed")
+
+
+async def _screen_until(t: Tether, eid: str, pattern: str, timeout: float = 40.0) -> bool:
+    return bool(await until(lambda: _screen_matches(t, eid, pattern), timeout))
+
+
+async def _pending_command(t: Tether, eid: str, timeout: float = 30.0) -> dict[str, Any] | None:
+    """The agent's pending approval of a command, once the guardian lists it."""
+    async def probe() -> dict[str, Any] | None:
+        listed = await t.agent("approvals", target=eid)
+        found = [a for a in (listed.get("data") or {}).get("approvals", [])
+                 if a["request"]["what"] == "command"]
+        return found[0] if found else None
+
+    found: dict[str, Any] | None = await until(probe, timeout, every=0.1)
+    return found
+
+
+async def _claude_ready(t: Tether, eid: str) -> bool:
+    """Past Claude Code's first dialogs (folder trust, the API key), as ``run_claude_like``."""
+    if not await _screen_until(t, eid, r"trust this folder"):
+        return False
+    await asyncio.sleep(0.5)  # it draws the dialog before it reads keys
+    if "❯ Yes, I trust" not in ((await t.screen(eid)).get("text") or ""):
+        await t.keys(eid, "Down")
+    await _screen_until(t, eid, r"❯ Yes, I trust", 10)
+    await t.keys(eid, "Enter")
+    if await _screen_until(t, eid, r"use this API key", 20):
+        await t.keys(eid, "Up")
+        await _screen_until(t, eid, r"❯ Yes", 10)
+        await t.keys(eid, "Enter")
+    return await _screen_until(t, eid, TURNS["claude"].idle)
+
+
+async def _codex_ready(t: Tether, eid: str) -> bool:
+    if await _screen_until(t, eid, r"(?i)trust this folder"):
+        await asyncio.sleep(0.5)
+        await t.keys(eid, "Enter")
+    return await _screen_until(t, eid, TURNS["codex"].idle)
+
+
+async def approvals_inside(t: Tether, env: Env, rec: Recorder, program: str,
+                           project: Path) -> None:
+    """A real program asks to run a command: ``Agent approvals`` lists it with that command;
+    ``respond deny`` → nothing runs and the model's next request carries the denial (in the
+    tool result the program sends with the next prompt); ``respond approve`` on the next one
+    → the command runs once (its file holds one line)."""
+    report = rec.report
+    if program == "claude":
+        eid = await t.launch("claude", ["--permission-mode", "manual"],
+                             title="interop claude approvals")
+        ready = await _claude_ready(t, eid)
+    else:
+        eid = await t.launch("codex", ["--no-daemon"], title="interop codex approvals")
+        ready = await _codex_ready(t, eid)
+    if not report.check(ready, f"approvals: {program} never waited for input"):
+        return
+    ran = project / "approved_by_agent.txt"
+    asked_at = time.monotonic()
+    await t.agent("prompt", target=eid, prompt_id=f"ask-{secrets.token_hex(3)}",
+                  text="please TETHER-APPEND", timeout_seconds=10)
+    first = await _pending_command(t, eid)
+    if not report.check(first is not None, "approvals: the command's question was never listed"):
+        return
+    assert first is not None
+    listed_s = time.monotonic() - asked_at
+    request = first["request"]
+    report.check("approved_by_agent.txt" in str(request.get("detail")),
+                 f"approvals: the listed request does not show the command: {request}")
+    report.check(any(o["kind"] == "approve" for o in request["options"])
+                 and any(o["kind"] == "deny" for o in request["options"]),
+                 f"approvals: no approve and deny among the options: {request['options']}")
+    denied = await t.agent("respond", approval_id=first["approval_id"], choice="deny",
+                           timeout_seconds=10)
+    data = denied.get("data") or {}
+    response = data.get("response") or {}
+    report.check(denied.get("ok") is True and response.get("left_approval") is True
+                 and (data.get("approval") or {}).get("resolved", {}).get("how") == "denied",
+                 f"approvals: deny did not leave the question denied: {error_text(denied)} {data}")
+    again = await t.agent("respond", approval_id=first["approval_id"], choice="approve")
+    report.check((again.get("data") or {}).get("replayed") is True,
+                 f"approvals: a repeat respond was not a replay: {again}")
+    await _screen_until(t, eid, TURNS[program].idle, 20)
+    await asyncio.sleep(1.0)
+    report.check(not ran.exists(), "approvals: the denied command ran")
+    since = time.time()
+    await t.agent("prompt", target=eid, prompt_id=f"ask-{secrets.token_hex(3)}",
+                  text="again TETHER-APPEND", timeout_seconds=10)
+    second = await _pending_command(t, eid)
+    request_after = last_request(env.log, "TETHER-APPEND", since)
+    carried = str((request_after or {}).get("last_tool_output") or "")
+    report.check(bool(DENIAL.search(carried)),
+                 f"approvals: the model's next request did not carry the denial: {carried!r}")
+    if not report.check(second is not None, "approvals: the second question was never listed"):
+        return
+    assert second is not None
+    approved = await t.agent("respond", approval_id=second["approval_id"], choice="approve",
+                             timeout_seconds=10)
+    adata = approved.get("data") or {}
+    report.check(approved.get("ok") is True and (adata.get("response") or {}).get(
+        "left_approval") is True, f"approvals: approve did not leave the question: {adata}")
+    await until(lambda: ran.exists(), 20)
+    await _screen_until(t, eid, TURNS[program].idle, 30)
+    await asyncio.sleep(1.0)
+    lines = ran.read_text().splitlines() if ran.exists() else []
+    report.check(lines == ["ran"], f"approvals: the approved command ran {len(lines)} times")
+    report.receipts.append(
+        f"approvals: listed {listed_s:.2f}s after the prompt, what={request.get('what')} "
+        f"detail={request.get('detail')!r} options={[o['key'] for o in request['options']]}; "
+        f"deny typed {response.get('keys')} left_approval={response.get('left_approval')}; "
+        f"denial carried to the model: {carried[:80]!r}; approve typed "
+        f"{(adata.get('response') or {}).get('keys')}, the command ran {len(lines)} time(s)")
+    await close(t, rec, eid)
+
+
 # -- the programs as Tether's MCP client ------------------------------------------------------
 
 
@@ -1107,7 +1226,8 @@ TURNS = {"claude": TurnScreens(idle=r"^❯\s*$", busy=r"esc to interrupt"),
          "opencode": TurnScreens(idle=r"ctrl\+p commands", busy=r"esc interrupt")}
 
 
-async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> Report:
+async def run_program(program: str, env: Env, save: bool, skip_client: bool,
+                      checks: str = "all") -> Report:
     version = PINS[program][1]
     report = Report(program, version, saved=save)
     out_dir: Path | None = None
@@ -1132,10 +1252,13 @@ async def run_program(program: str, env: Env, save: bool, skip_client: bool) -> 
             assert init.structured_content is not None
             session = init.structured_content["data"]
             t = Tether(client, session, Config.from_env(env.tether_env))
-            await INSIDE[program](t, env, rec, project)
+            if checks == "approvals":
+                await approvals_inside(t, env, rec, program, project)
+            else:
+                await INSIDE[program](t, env, rec, project)
     except Exception as exc:  # one program's failure must not hide the others' results
         report.check(False, f"inside Tether: {_innermost(exc)}")
-    if not skip_client:
+    if not skip_client and checks == "all":
         print(f"interop: {program} {version} as Tether's MCP client", flush=True)
         try:
             await CLIENT[program](env, report)
@@ -1177,6 +1300,8 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true", help="do not rewrite the fixtures")
     parser.add_argument("--no-client", action="store_true", help="skip the MCP client runs")
     parser.add_argument("--keep", action="store_true", help="keep the run's homes and logs")
+    parser.add_argument("--checks", choices=("all", "approvals"), default="all",
+                        help="approvals: only the Agent approvals/respond checks (claude, codex)")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "TETHER_INTEROP_CACHE", Path.home() / ".cache" / "tether-interop")))
     args = parser.parse_args()
@@ -1184,6 +1309,8 @@ def main() -> int:
     unknown = [p for p in programs if p not in PINS]
     if unknown:
         parser.error(f"unknown program {unknown[0]!r}; choose from {', '.join(PINS)}")
+    if args.checks == "approvals" and set(programs) - {"claude", "codex"}:
+        parser.error("--checks approvals runs with claude and codex: pass --only claude,codex")
     cache = args.cache.resolve()
     if cache.is_relative_to(ROOT):
         parser.error("the cache must be outside the checkout (node_modules never enter it)")
@@ -1200,7 +1327,8 @@ def main() -> int:
     reports: list[Report] = []
     try:
         for program in programs:
-            reports.append(asyncio.run(run_program(program, env, not args.no_save, args.no_client)))
+            reports.append(asyncio.run(run_program(program, env, not args.no_save, args.no_client,
+                                                   args.checks)))
     finally:
         server.shutdown()
         for workspace in env.workspaces:  # every guardian this run may have started

@@ -11,6 +11,9 @@ every turn:
 
 - ``TETHER-RUN``: call the program's shell tool with ``touch created_by_agent.txt`` (the
   driver denies it and checks the file never appears);
+- ``TETHER-APPEND``: call the shell tool with ``echo ran >> approved_by_agent.txt`` (the
+  approvals check answers it through ``Agent respond``: denied, the file must not appear;
+  approved, it must hold one line — the command ran once);
 - ``TETHER-PLAN``: (Claude Code in plan mode) present a plan with ``ExitPlanMode``;
 - ``TETHER-SLOW``: stream a long answer slowly (about 60 s) so the driver can watch the
   program busy and cancel it;
@@ -44,6 +47,7 @@ from typing import Any
 MARKER = re.compile(r"TETHER-[A-Z]+(?:-[0-9a-z]+)?")
 SLOW_SECONDS = 60.0
 SHELL_COMMAND = "touch created_by_agent.txt"
+APPEND_COMMAND = "echo ran >> approved_by_agent.txt"
 
 
 def _texts(value: Any) -> list[str]:
@@ -153,6 +157,8 @@ def decide(items: list[Any], shell_tools: list[str], all_tools: list[str]) -> De
     text = _last_user_text(items)
     if "TETHER-RUN" in text and shell_tools:
         return "tool", shell_tools[0], {}
+    if "TETHER-APPEND" in text and shell_tools:
+        return "append", shell_tools[0], {}
     if "TETHER-PLAN" in text and "ExitPlanMode" in all_tools:
         # Claude Code in plan mode: present a plan, which the user must confirm.
         return "tool", "ExitPlanMode", {"plan": "1. Create notes.txt\n2. Write one line in it"}
@@ -201,6 +207,8 @@ class Models:
                  "markers": sorted(set(MARKER.findall(_last_user_text(items)))),
                  "user_parts": _last_user_parts(items),
                  "tool_result": _last_is_tool_result(items), "decision": decision[0],
+                 # What the program told the model of the last tool call (a denial's words).
+                 "last_tool_output": next(reversed(_tool_outputs(items)), None),
                  "value": decision[1][:200], "tools": len(body.get("tools") or [])}
         if tether_tools:
             # The schemas exactly as the client handed them to the model: compared with
@@ -315,11 +323,12 @@ def make_handler(models: Models) -> type[BaseHTTPRequestHandler]:
             self._event("message_start", {"type": "message_start", "message": {
                 "id": msg_id, "type": "message", "role": "assistant", "model": model,
                 "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}})
-            if kind == "tool":
+            if kind in ("tool", "append"):
+                command = APPEND_COMMAND if kind == "append" else SHELL_COMMAND
                 self._event("content_block_start", {"type": "content_block_start", "index": 0,
                     "content_block": {"type": "tool_use", "id": f"toolu_{models.count:06d}",
                                       "name": value, "input": {}}})
-                args = json.dumps(call_args or {"command": SHELL_COMMAND,
+                args = json.dumps(call_args or {"command": command,
                                                  "description": "Create an empty file"})
                 self._event("content_block_delta", {"type": "content_block_delta", "index": 0,
                     "delta": {"type": "input_json_delta", "partial_json": args}})
@@ -355,17 +364,18 @@ def make_handler(models: Models) -> type[BaseHTTPRequestHandler]:
                 "status": "in_progress", "model": body.get("model"), "output": []}
             self._event("response.created", {"type": "response.created", "response": base})
             kind, value, call_args = decision
-            if kind == "tool":
+            if kind in ("tool", "append"):
+                command = APPEND_COMMAND if kind == "append" else SHELL_COMMAND
                 if call_args:
                     args = call_args
                 elif value == "exec_command":
                     # Asking for escalation is what makes Codex show its approval question.
-                    args = {"cmd": SHELL_COMMAND, "sandbox_permissions": "require_escalated",
+                    args = {"cmd": command, "sandbox_permissions": "require_escalated",
                             "justification": "Create an empty file in the project?"}
                 elif value == "shell_command":
-                    args = {"command": SHELL_COMMAND}
+                    args = {"command": command}
                 else:
-                    args = {"command": ["bash", "-lc", SHELL_COMMAND]}
+                    args = {"command": ["bash", "-lc", command]}
                 namespace, _, name = value.rpartition("/")
                 item: dict[str, Any] = {"type": "function_call", "id": f"fc_{models.count}",
                                         "call_id": f"call_{models.count}", "name": name,
@@ -431,8 +441,9 @@ def make_handler(models: Models) -> type[BaseHTTPRequestHandler]:
                                                                 "finish_reason": finish}]})
 
             chunk({"role": "assistant", "content": ""})
-            if kind == "tool":
-                args = json.dumps(call_args or {"command": SHELL_COMMAND,
+            if kind in ("tool", "append"):
+                args = json.dumps(call_args or {"command": APPEND_COMMAND if kind == "append"
+                                                else SHELL_COMMAND,
                                                  "description": "Create an empty file"})
                 chunk({"tool_calls": [{"index": 0, "id": f"call_{models.count}", "type": "function",
                                        "function": {"name": value, "arguments": args}}]})

@@ -19,6 +19,8 @@ from tether.protocol.limits import (
 )
 
 DEFAULT_IDLE_S = 24 * 3600.0
+DEFAULT_NOTIFY_TIMEOUT_S = 10.0
+MAX_NOTIFY_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class Config:
     ``output_head_bytes``, ``output_tail_bytes``: TETHER_OUTPUT_HEAD_BYTES (default 64 KiB,
     0 keeps no head), TETHER_OUTPUT_TAIL_BYTES (default 1 MiB): the first and last bytes of
     each execution's output that its journal keeps.
+    ``notify_command``, ``notify_timeout_s``: TETHER_NOTIFY_COMMAND, TETHER_NOTIFY_TIMEOUT_S.
     """
 
     state_home: Path
@@ -48,6 +51,11 @@ class Config:
     max_running_per_guardian: int = MAX_RUNNING_PER_GUARDIAN
     output_head_bytes: int = EXECUTION_HEAD_BYTES
     output_tail_bytes: int = EXECUTION_RETAIN_BYTES
+    #: TETHER_NOTIFY_COMMAND: the operator hook's argv (docs/tools.md#the-operator-hook), a
+    #: JSON array of strings or words split as a shell would (never run by one); empty: none.
+    notify_command: tuple[str, ...] = ()
+    #: TETHER_NOTIFY_TIMEOUT_S (default 10, 0.1 to 300): how long one run of the hook may take.
+    notify_timeout_s: float = DEFAULT_NOTIFY_TIMEOUT_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -91,7 +99,51 @@ class Config:
                                      MAX_HEAD_BYTES),
             output_tail_bytes=_count(env, "TETHER_OUTPUT_TAIL_BYTES", EXECUTION_RETAIN_BYTES,
                                      MIN_RETAIN_BYTES, MAX_RETAIN_BYTES),
+            notify_command=notify_argv(env.get("TETHER_NOTIFY_COMMAND", "")),
+            notify_timeout_s=_seconds(env, "TETHER_NOTIFY_TIMEOUT_S", DEFAULT_NOTIFY_TIMEOUT_S,
+                                      0.1, MAX_NOTIFY_TIMEOUT_S),
         )
+
+
+def notify_argv(raw: str) -> tuple[str, ...]:
+    """TETHER_NOTIFY_COMMAND as an argument vector: a JSON array of strings (``["notify-send",
+    "tether"]``) or words split as a shell would split them (``notify-send tether``), which
+    is then run as that argv, never by a shell. Empty: no hook."""
+    import json
+    import shlex
+
+    raw = raw.strip()
+    if not raw:
+        return ()
+    if raw.startswith("["):
+        try:
+            argv = json.loads(raw)
+        except ValueError:
+            raise ValueError("TETHER_NOTIFY_COMMAND starts with '[' but is not a JSON array of "
+                             "strings") from None
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("TETHER_NOTIFY_COMMAND must be a JSON array of strings")
+    else:
+        try:
+            argv = shlex.split(raw)
+        except ValueError as exc:
+            raise ValueError(f"TETHER_NOTIFY_COMMAND cannot be split into words: {exc}") from None
+    if not argv or not argv[0] or any("\x00" in a for a in argv):
+        raise ValueError("TETHER_NOTIFY_COMMAND must name a program (and no NUL bytes)")
+    return tuple(argv)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not low <= value <= high:  # NaN fails both
+        raise ValueError(f"{name} must be from {low:g} to {high:g} seconds, got {raw}")
+    return value
 
 
 def _count(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:

@@ -18,7 +18,7 @@ from types import ModuleType
 #: ``set -o pipefail`` sees ``tether`` exactly as it sees ``cat`` or ``seq`` there.
 EXIT_BROKEN_PIPE = 141
 
-#: subcommand -> (module with a ``main(argv)``, one-line help)
+#: subcommand -> (module with a ``main(argv)`` — or ``module:function`` — , one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tether.frontend.transport.serve", "run the MCP server (stdio, or --http)"),
     "guardian": ("tether.guardian.main", "run a guardian in the foreground"),
@@ -30,6 +30,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("tether.frontend.person.doctor", "check versions, dirs, guardians and logs"),
     "report": ("tether.frontend.person.report", "summarise a usage log (TETHER_USAGE_LOG)"),
     "agents": ("tether.frontend.person.agents", "list, detach or archive a workspace's agents"),
+    "approvals": ("tether.frontend.person.approvals", "the questions agents wait on, as a table"),
+    "approve": ("tether.frontend.person.approvals:approve", "answer one approval with yes"),
+    "deny": ("tether.frontend.person.approvals:deny", "answer one approval with no"),
 }
 
 
@@ -79,8 +82,9 @@ def run(args: list[str]) -> int:
     if entry is None:
         print(f"tether: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = import_frozen(entry[0])
-    result: int = module.main(args[1:])
+    name, _, function = entry[0].partition(":")
+    module = import_frozen(name)
+    result: int = getattr(module, function or "main")(args[1:])
     return result
 
 

@@ -49,10 +49,10 @@ def test_workspaces_are_roots_and_what_is_under_them() -> None:
 
 @pytest.mark.parametrize(("action", "kind"), [
     ("list", "observe"), ("get", "observe"), ("read", "observe"), ("explain", "observe"),
-    ("wait", "observe"), ("notifications", "observe"),
+    ("wait", "observe"), ("notifications", "observe"), ("approvals", "observe"),
     ("close", "control"), ("archive", "control"), ("label", "control"),
     ("prompt", "input"), ("cancel", "input"), ("launch", "input"), ("resume", "input"),
-    ("unarchive", "input"), ("something_new", "input"),
+    ("unarchive", "input"), ("respond", "input"), ("something_new", "input"),
 ])
 def test_agent_actions_are_classified(action: str, kind: str) -> None:
     assert agent_action_class(action) == kind

@@ -108,6 +108,8 @@ class Group:
     observe: dict[str, list[int]] = field(default_factory=dict)
     observe_unknown: Counter[str] = field(default_factory=Counter)
     receipts: dict[str, Counter[str]] = field(default_factory=dict)
+    #: Approvals listed (a sum), and responses: stale, replayed and how they ended (counts).
+    approvals: Counter[str] = field(default_factory=Counter)
     catalog: Counter[str] = field(default_factory=Counter)
     effective_wait: list[float] = field(default_factory=list)
     effective_wait_unknown: int = 0
@@ -147,6 +149,21 @@ class Group:
                     value = event.get(f"receipt_{fact}")
                     bucket = self.receipts.setdefault(fact, Counter())
                     bucket[str(value).lower() if isinstance(value, bool) else "unknown"] += 1
+        if self.tool == "Agent" and self.action == "approvals":
+            listed = _count(event.get("approvals_listed"))
+            if listed is None:
+                self.approvals["listed_unknown"] += 1
+            else:
+                self.approvals["listed"] += listed
+        if self.tool == "Agent" and self.action == "respond":
+            if event.get("approval_stale") is True:
+                self.approvals["stale"] += 1
+            elif event.get("approval_replayed") is True:
+                self.approvals["replayed"] += 1
+            else:
+                how = event.get("approval_outcome")
+                self.approvals[how if how in ("approved", "denied", "other", "unknown",
+                                              "pending") else "outcome_unknown"] += 1
         if self.action == "wait" and self.tool in ("Execution", "Agent") and self.backend != "herdr":
             outcome = event.get("catalog_outcome")
             self.catalog[outcome if outcome in ("changed", "timeout", "resync") else "unknown"] += 1
@@ -192,6 +209,8 @@ class Group:
             }
         if self.receipts:
             data["receipts"] = {fact: dict(bucket) for fact, bucket in self.receipts.items()}
+        if self.approvals:
+            data["approvals"] = dict(self.approvals)
         if self.catalog:
             data["catalog"] = dict(self.catalog)
         if self.herdr:
@@ -340,6 +359,8 @@ def _details(g: dict[str, Any]) -> list[str]:
                        "unknown after a timeout, never resent)")
         if "waits" in herdr:
             out.append(f"{name} herdr waits: {_counts(herdr['waits'])}")
+    if "approvals" in g:
+        out.append(f"{name} approvals: {_counts(g['approvals'])}")
     if "issue_codes" in g:
         out.append(f"{name} completed with issues (not errors): {_counts(g['issue_codes'])}")
     if "catalog" in g:

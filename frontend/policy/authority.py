@@ -36,9 +36,10 @@ PROFILES: dict[str, frozenset[str]] = {
     "read-only": frozenset({INITIALIZE, EXECUTION}),
 }
 
-AGENT_OBSERVE = frozenset({"list", "get", "read", "explain", "wait", "notifications"})
+AGENT_OBSERVE = frozenset({"list", "get", "read", "explain", "wait", "notifications",
+                           "approvals"})
 AGENT_CONTROL = frozenset({"close", "archive", "label"})
-AGENT_INPUT = frozenset({"prompt", "cancel", "launch", "resume", "unarchive"})
+AGENT_INPUT = frozenset({"prompt", "cancel", "launch", "resume", "unarchive", "respond"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,19 @@ from tether.frontend.tools.herdr_agent import check_native_args, run_herdr
 from tether.frontend.tools.modes import Guard, check_agent_action, send_checked
 from tether.frontend.tools.outputs import AGENT_OUTPUT
 from tether.frontend.tools.schemas import AgentArgs, wire_cursor
-from tether.protocol.limits import LIST_COMMAND_CHARS, MAX_LIST_LIMIT, RPC_SLACK_S
+from tether.protocol.limits import (
+    LIST_COMMAND_CHARS,
+    MAX_APPROVAL_LIST,
+    MAX_LIST_LIMIT,
+    MAX_RESPOND_WAIT_MS,
+    RPC_SLACK_S,
+)
 from tether.protocol.method_table import (
+    AGENT_APPROVALS,
     AGENT_LIST,
     AGENT_PROMPT,
     AGENT_RECEIPT,
+    AGENT_RESPOND,
     EXEC_EXPLAIN,
     EXEC_GET,
     EXEC_LIST,
@@ -35,7 +43,13 @@ from tether.protocol.method_table import (
     EXEC_WAIT,
 )
 from tether.protocol.methods import AGENT_LIFECYCLE_ACTIONS
-from tether.protocol.results import PromptResult, Receipt, Recognition
+from tether.protocol.results import (
+    AgentRespondResult,
+    ApprovalRecord,
+    PromptResult,
+    Receipt,
+    Recognition,
+)
 from tether.protocol.versions import Capability
 
 
@@ -62,7 +76,12 @@ class AgentTool(Tool):
         "initializing, idle, running (attention: approval), error, closed. backend herdr: "
         "agents in Herdr, by the target aliases the operator configured: list, get, read "
         "{target, lines?}, explain, wait {target, until?, timeout_seconds?}, prompt {target, "
-        "text} (no prompt_id; submitted once, never resent)."
+        "text} (no prompt_id; submitted once, never resent). Approvals: "
+        "approvals {parent?, target?, pending_only?} lists the questions agents ask (what: "
+        "command/file/url/tool, the detail as shown, options with their keys); respond "
+        "{approval_id, choice: approve | deny | an option's key} answers one exactly once (a "
+        "repeat returns the first outcome; approval_stale when it is no longer on screen) and "
+        "says whether the screen left the question."
     )
     args_model = AgentArgs
     output_schema = AGENT_OUTPUT
@@ -209,10 +228,58 @@ async def _prompt(call: _Call) -> types.CallToolResult:
     return replies.ok(prompted, _receipt_text(prompted.receipt))
 
 
+def approval_line(approval: ApprovalRecord) -> str:
+    """One line per approval for a result's text (and ``tether approvals``)."""
+    request = approval.request
+    asked = " ".join(part for part in (request.tool, request.detail) if part) or \
+        str(request.question or request.what)
+    options = " | ".join(f"{o.key} {o.label}" for o in request.options) or "no options read"
+    state = approval.status if approval.resolved is None else \
+        f"{approval.status} {approval.resolved.how}"
+    return (f"{approval.approval_id} {approval.execution_id} {state} {request.what}: "
+            f"{asked.splitlines()[0] if asked else ''} [{options}]")
+
+
+async def _approvals(call: _Call) -> types.CallToolResult:
+    session, args, root = call.session, call.args, call.root
+    (await session.locator.handle(root, args.thread_id)).require(Capability.APPROVALS)
+    listed = await session.locator.call(root, AGENT_APPROVALS, {
+        **call.scope, "parent": args.parent, "execution_id": args.target,
+        "pending_only": args.pending_only, "limit": min(args.limit, MAX_APPROVAL_LIST)},
+        timeout_s=RPC_SLACK_S)
+    lines = [approval_line(a) for a in listed.approvals]
+    return replies.ok(replies.as_data(listed), "\n".join(lines) or "no approvals")
+
+
+async def _respond(call: _Call) -> types.CallToolResult:
+    session, args, root, scope = call.session, call.args, call.root, call.scope
+    approval_id = need_arg(args.approval_id, "approval_id", args.action)
+    choice = need_arg(args.choice, "choice", args.action)
+    (await session.locator.handle(root, args.thread_id)).require(Capability.APPROVALS)
+    timeout_ms = min(int(args.timeout_seconds * 1000), MAX_RESPOND_WAIT_MS)
+
+    async def check(fresh: bool) -> Guard:
+        if not fresh:
+            return call.guard
+        return await check_agent_action(session, root, scope, "respond", fresh=True)
+
+    async def send(guard: Guard) -> AgentRespondResult:
+        return await session.locator.call(root, AGENT_RESPOND, {
+            **scope, "approval_id": approval_id, "choice": choice, "timeout_ms": timeout_ms,
+            **guard}, timeout_s=timeout_ms / 1000 + RPC_SLACK_S)
+
+    answered = await send_checked(session, root, scope, check, send)
+    response = answered.response
+    text = (f"approval {approval_id}: {'replayed, nothing typed; ' if answered.replayed else ''}"
+            f"chose {response.option} ({' '.join(response.keys)}), input_sent="
+            f"{response.input_sent}, left_approval={response.left_approval}")
+    return replies.ok(answered, text)
+
+
 #: Each action that is not the managed-agent lifecycle's to the one function that does it.
 _ACTIONS: dict[str, Callable[[_Call], Awaitable[types.CallToolResult]]] = {
     "list": _list, "get": _get, "read": _read, "explain": _explain, "wait": _wait,
-    "prompt": _prompt,
+    "prompt": _prompt, "approvals": _approvals, "respond": _respond,
 }
 
 

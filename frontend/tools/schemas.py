@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from tether.frontend.herdr.herdr_cli import MAX_READ_LINES
 from tether.protocol.limits import (
+    CHOICE_PATTERN,
     CONVERSATION_ID_PATTERN,
     DEFAULT_LIST_LIMIT,
     DEFAULT_OBSERVE_PAGE_BYTES,
@@ -284,7 +285,8 @@ class AgentArgs(ToolArgs):
     workspace_root: WorkspaceRoot
     backend: Literal["native", "herdr"] = "native"
     action: Literal["list", "get", "read", "explain", "wait", "prompt", "launch", "close",
-                    "resume", "archive", "unarchive", "cancel", "label", "notifications"]
+                    "resume", "archive", "unarchive", "cancel", "label", "notifications",
+                    "approvals", "respond"]
     target: Id | None = Field(default=None, description="native: execution_id of the agent; "
                                                         "herdr: a configured target alias")
     prompt_id: Annotated[str, Field(pattern=PROMPT_ID_PATTERN)] | None = None
@@ -331,8 +333,14 @@ class AgentArgs(ToolArgs):
     until: HerdrState | Annotated[list[HerdrState], Field(min_length=1, max_length=5)] | None = Field(
         default=None, description="herdr wait: the state(s) to wait for (default: idle, done "
                                   "or blocked); the wait ends by the operator's deadline_ms")
-    # list / notifications
-    parent: Id | None = Field(default=None, description="list/notifications: the parent execution")
+    # approvals / respond
+    approval_id: Id | None = Field(default=None, description="respond: the approval to answer")
+    choice: Annotated[str, Field(pattern=CHOICE_PATTERN)] | None = Field(
+        default=None, description="respond: approve, deny, or the key of an offered option")
+    pending_only: bool = Field(default=True, description="approvals: only those still asked")
+    # list / notifications / approvals
+    parent: Id | None = Field(default=None, description="list/notifications/approvals: the "
+                                                        "parent execution")
     include_archived: bool = False
     before: ListBefore | None = Field(default=None, description=f"list: {BEFORE_DESCRIPTION}")
 

@@ -44,6 +44,7 @@ from tether.shared.agent_states import LIVE_STATES
 from tether.shared.store.agent_table import AgentStore, Transition
 
 if TYPE_CHECKING:
+    from tether.guardian.agents.notify_hook import NoticeHook
     from tether.guardian.agents.receipts import PromptDesk
     from tether.guardian.agents.watch import TurnWatch
     from tether.guardian.history.idempotency import IdempotencyLedger
@@ -63,13 +64,16 @@ class AgentLifecycle:
 
     def __init__(
         self, *, runtime: Runtime, watch: TurnWatch, prompts: PromptDesk,
-        ledger: IdempotencyLedger, instance_id: str,
+        ledger: IdempotencyLedger, instance_id: str, hook: NoticeHook | None = None,
     ) -> None:
         self.rt = runtime
         self.watch = watch
         self.scope = runtime.scope
         self.instance_id = instance_id
         self.store = AgentStore(runtime.catalog)
+        self.hook = hook
+        if hook is not None and hook.enabled:
+            self.store.on_transition = self._hook_notice  # written with the transition
         self.envs = LaunchEnvStore(runtime.paths.state)  # launch {env}: private, 0600
         self._ledger = ledger
         self.runtimes = AgentRuntimes(runtime, watch, on_recognized=self._recognized, on_exit=self._exited)
@@ -138,6 +142,19 @@ class AgentLifecycle:
             self.notices.deliver_soon(record["execution_id"])  # notices waiting for it
         if moved.step.terminal_turn and record["auto_archive"] and record["archived_at"] is None:
             self.spawn(self.tree.archive_cascade(record["execution_id"]))
+
+    def _hook_notice(self, moved: Transition) -> None:
+        """A finished turn, an error or a close, for the operator hook (docs/tools.md#the-operator-hook;
+        approvals are the approval desk's): inside the transition's transaction."""
+        kind = moved.step.notification
+        if self.hook is None or kind not in ("finished", "error", "closed"):
+            return
+        record = moved.record
+        self.hook.add(kind, {
+            "execution_id": record["execution_id"], "parent_execution_id":
+            record["parent_execution_id"], "agent_state": record["agent_state"],
+            "turn_seq": record["turn_seq"], "title": record["title"],
+            "notification_id": moved.notification_id, "event_seq": moved.event_seq})
 
     def spawn(self, work: Awaitable[Any]) -> None:
         async def run() -> None:

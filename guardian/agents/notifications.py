@@ -10,14 +10,15 @@ terminal as a prompt with ``prompt_id = "notify-<id>"`` through the prompt desk 
 docs/tools.md#once-only):
 only when the parent awaits input with an empty input box (a draft there is never typed
 into: the notice waits), once only — a repeat of that prompt id types nothing — and
-pending until then.
+pending until then. An ``approval`` notice carries the approval it tells of (the request,
+its options and keys: docs/tools.md#approvals), so a parent can answer from the notice alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
@@ -29,6 +30,7 @@ from tether.shared.store.rows import NotificationRow
 if TYPE_CHECKING:
     from tether.guardian.agents.receipts import PromptDesk
     from tether.guardian.runtime.assembly import Runtime
+    from tether.shared.store.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,42 @@ _KIND_TEXT = {
 }
 
 
-def notice_text(notification: NotificationRow) -> str:
-    """What a managed parent reads: which child, what happened, where to look."""
-    return (f"[tether] agent {notification['child_execution_id']} "
+#: How much of a request's detail a notice typed into a parent quotes.
+NOTICE_DETAIL_CHARS = 300
+
+
+def notice_text(notification: NotificationRow, approval: dict[str, Any] | None = None) -> str:
+    """What a managed parent reads: which child, what happened, where to look; for an
+    approval, what it asks and how to answer it (docs/tools.md#approvals). One line."""
+    head = (f"[tether] agent {notification['child_execution_id']} "
             f"{_KIND_TEXT.get(notification['kind'], notification['kind'])} "
-            f"(notification {notification['id']}, turn {notification['turn_seq']}). "
-            f"Look at it with Agent get {notification['child_execution_id']}.")
+            f"(notification {notification['id']}, turn {notification['turn_seq']})")
+    if approval is None:
+        return f"{head}. Look at it with Agent get {notification['child_execution_id']}."
+    request = approval["request"]
+    asked = " ".join(str(part) for part in (request.get("tool"), request.get("detail"))
+                     if part) or str(request.get("question") or request.get("what"))
+    options = ", ".join(f"{o['key']} {o['label']}" for o in request.get("options", []))
+    return (f"{head}: {_one_line(asked)[:NOTICE_DETAIL_CHARS]}. Options: "
+            f"{_one_line(options)[:NOTICE_DETAIL_CHARS] or 'none read'}. Answer once with "
+            f"Agent respond approval_id={approval['approval_id']} choice=approve|deny|<key>.")
+
+
+def _one_line(text: str) -> str:
+    """Text that cannot end or start a line of a terminal's input (no control characters)."""
+    return "".join(ch if ch.isprintable() else " " for ch in text.replace("\n", " ⏎ "))
+
+
+def with_approvals(rows: list[NotificationRow], catalog: Catalog) -> list[dict[str, Any]]:
+    """Notification rows with the approval each ``approval`` notice tells of."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        entry: dict[str, Any] = dict(row)
+        approval_id = entry.pop("approval_id", None)
+        if approval_id:
+            entry["approval"] = catalog.get_approval(str(approval_id))
+        out.append(entry)
+    return out
 
 
 class NoticeDesk:
@@ -69,7 +101,8 @@ class NoticeDesk:
                 break
             await self._rt.notifier.wait(deadline - loop.time(), output=False)
         cursor = rows[-1]["id"] if rows else params.after
-        return AgentNotificationsResult.model_validate({"notifications": rows, "cursor": cursor})
+        return AgentNotificationsResult.model_validate(
+            {"notifications": with_approvals(rows, self.store.catalog), "cursor": cursor})
 
     def deliver_soon(self, parent_id: str) -> None:
         """Type pending notices into ``parent_id`` if it is a live managed agent awaiting input."""
@@ -94,7 +127,9 @@ class NoticeDesk:
             params = AgentPromptParams(
                 principal=parent["principal"], workspace_root=parent["workspace_root"],
                 thread_id=parent["thread_id"], execution_id=parent_id, prompt_id=prompt_id,
-                text=notice_text(notice), recognizer=parent["agent_recognizer"] or "auto",
+                text=notice_text(notice, self.store.catalog.get_approval(str(notice["approval_id"]))
+                                 if notice.get("approval_id") else None),
+                recognizer=parent["agent_recognizer"] or "auto",
                 timeout_ms=0,
             )
             try:

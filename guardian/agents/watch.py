@@ -100,10 +100,16 @@ class TurnWatch:
         self._notifier = notifier
         self._watched: dict[str, Watched] = {}
         self._listeners: list[Listener] = []
+        self._enders: list[Callable[[LiveExecution], None]] = []
 
     def subscribe(self, listener: Listener) -> None:
-        """Call ``listener`` after every look (also when the state did not change)."""
+        """Call ``listener`` after every look (also when the state did not change), in the
+        order of subscription."""
         self._listeners.append(listener)
+
+    def on_end(self, listener: Callable[[LiveExecution], None]) -> None:
+        """Call ``listener`` when a watch ends: its runtime ended or was replaced."""
+        self._enders.append(listener)
 
     # -- which executions ------------------------------------------------------------------
 
@@ -178,6 +184,12 @@ class TurnWatch:
             watched.live.before_feed = None
             if self._watched.get(watched.live.execution_id) is watched:
                 del self._watched[watched.live.execution_id]
+            for ender in self._enders:
+                try:
+                    ender(watched.live)
+                except Exception:
+                    log.exception("end of the watch of %s: a listener failed",
+                                  watched.live.execution_id)
 
     async def _watch(self, watched: Watched) -> None:
         live = watched.live

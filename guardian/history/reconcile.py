@@ -1,7 +1,8 @@
 """Reconciliation after a guardian loss (docs/protocol.md#finding-a-guardian-and-recovery,
 docs/tools.md#unknown-is-not-success): records whose end was not observed
 become ``unknown`` (reason ``guardian_lost``, no exit code), prompt receipts whose typing
-had not finished say their delivery is ``unknown`` (docs/tools.md#prompts, docs/tools.md#once-only), and
+had not finished say their delivery is ``unknown`` (docs/tools.md#prompts, docs/tools.md#once-only),
+pending approvals are resolved ``unknown`` (docs/tools.md#approvals), and
 processes that outlived
 their guardian are reported, never adopted.
 
@@ -46,6 +47,8 @@ def reconcile_lost(
     """
     ids = catalog.mark_lost(owner=owner, except_owner=except_owner)
     unfinished = _receipts_lost(catalog, owner=owner, except_owner=except_owner)
+    _approvals_lost(catalog, except_owner=except_owner)
+    catalog.notices_lost()
     marks = process_marks((THREAD_MARK, EXECUTION_MARK)) if ids else {}
     agents = AgentStore(catalog)
     report = []
@@ -102,6 +105,21 @@ def _marked(marks: dict[int, Marked], record: dict[str, Any],
     if runtime_pid is not None:
         found.pop(runtime_pid, None)
     return sorted((pid, mark) for pid, mark in found.items() if marks[pid].ppid not in found)
+
+
+def _approvals_lost(catalog: Catalog, *, except_owner: str | None) -> None:
+    """Questions a lost guardian was watching are resolved ``unknown`` (docs/tools.md#approvals):
+    nobody saw how they ended. An answer it was typing says its input is ``unknown``."""
+    with catalog.transaction():
+        for record in catalog.pending_approvals(except_owner=except_owner):
+            record["status"] = "resolved"
+            record["resolved"] = {"how": "unknown", "by": "guardian_lost",
+                                  "at_unix_ms": catalog.clock.now_ms(), "reason": "guardian_lost",
+                                  "option": None}
+            response = record.get("response")
+            if isinstance(response, dict) and response.get("input_sent") == "unknown":
+                response["error"] = "guardian_lost"
+            catalog.put_approval(record, except_owner or "reconciled")
 
 
 def _receipts_lost(

@@ -48,6 +48,7 @@ IMPLEMENTED = frozenset({
     Capability.AGENT_LIFECYCLE,
     Capability.MODE_SANDBOX, Capability.LINE_LIMITS, Capability.LIST_PAGES,
     Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG,
+    Capability.APPROVALS,
 })
 
 #: How often the guardian checks that its socket file is still its own.
@@ -149,6 +150,8 @@ class Guardian:
             on_activity=self._touch,
             on_shutdown=self.request_stop,
             reconciled=lost,
+            notify_command=self.config.notify_command,
+            notify_timeout_s=self.config.notify_timeout_s,
         )
         context: zmq.Context[Any] = zmq.Context()
         server = RouterServer(self.paths.endpoint, service.handle_frame, context)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from tether.guardian.agents.approval_desk import ApprovalDesk
+from tether.guardian.agents.notify_hook import NoticeHook
 from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
 from tether.guardian.agents.watch import TurnWatch
@@ -126,6 +128,8 @@ class GuardianService:
         on_activity: Callable[[], None],
         on_shutdown: Callable[[str], None],
         reconciled: list[dict[str, Any]] | None = None,
+        notify_command: tuple[str, ...] = (),
+        notify_timeout_s: float = 10.0,
     ) -> None:
         self._rt = runtime
         #: What this guardian reconciled at start (``hello`` says it: ``lost_records``).
@@ -168,7 +172,15 @@ class GuardianService:
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
         modes = self._modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
-        for side in (inspector, history, turns, desk, person, modes):
+        # The operator hook (TETHER_NOTIFY_COMMAND) and the approvals: subscribed to the watch
+        # before the agent lifecycle is, so a look records its question before the agent's
+        # transition writes the notice naming it (docs/tools.md#approvals).
+        self.hook = NoticeHook(rt.catalog, notify_command, notify_timeout_s)
+        approvals = ApprovalDesk(scope=rt.scope, catalog=rt.catalog, live=rt.live,
+                                 notifier=rt.notifier, clock=rt.clock, instance_id=instance_id,
+                                 watch=watch, hook=self.hook)
+        self.hook.kick()  # notices an earlier guardian wrote and never handed over
+        for side in (inspector, history, turns, desk, person, modes, approvals):
             self._handlers.update(side.handlers())
         unknown = set(self._handlers) - set(METHODS)
         assert not unknown, f"handlers for methods the table does not declare: {unknown}"
@@ -188,7 +200,8 @@ class GuardianService:
             from tether.guardian.agents.lifecycle import AgentLifecycle
 
             lifecycle = AgentLifecycle(runtime=self._rt, watch=self._watch, prompts=self._desk,
-                                       ledger=self._ledger, instance_id=self.instance_id)
+                                       ledger=self._ledger, instance_id=self.instance_id,
+                                       hook=self.hook)
             handlers = lifecycle.handlers()
             missing = {m for m, h in self._handlers.items() if getattr(h, "agent_method", False)}
             assert missing <= set(handlers), f"methods without handlers: {missing - set(handlers)}"
@@ -197,9 +210,11 @@ class GuardianService:
         return self._agents
 
     async def shutdown_agents(self) -> None:
-        """Guardian stopping: end live agents (none if the lifecycle was never built)."""
+        """Guardian stopping: end live agents (none if the lifecycle was never built), and
+        run the operator hook no more."""
         if self._agents is not None:
             await self._agents.shutdown()
+        self.hook.close()
 
     def _agent_method(self, method: str) -> Handler:
         async def handle(request: Request, params: Any) -> Result:

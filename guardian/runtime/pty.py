@@ -139,6 +139,9 @@ class PtyRuntime:
         self.exit_status: ExitStatus | None = None
         # The one input lock of this terminal (see claim_input); None when nobody types.
         self._input_claim: object | None = None
+        #: Told of every input written (keys, text, a person's typing), when set: the
+        #: approval desk learns how a question on screen was answered (agents/approval_desk).
+        self.on_input: Callable[[bytes], None] | None = None
         self._reading = True  # not paused by flow control
         self._eof = False  # no process holds the terminal's other end any more
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -378,6 +381,8 @@ class PtyRuntime:
         proc = self._proc
         if proc is None or proc.fd < 0:
             raise BrokenPipeError("runtime has no terminal")
+        if self.on_input is not None:
+            self.on_input(data)
         loop = asyncio.get_running_loop()
         view = memoryview(data)
         written = 0

@@ -13,7 +13,7 @@ client holding the agent open, which keeps it out of a parent's archive cascade.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -63,6 +63,9 @@ class AgentStore:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self._db = catalog.connection
+        #: Called with every transition, inside its transaction (docs/tools.md#approvals: the
+        #: operator hook's finish notices are written with the transition they tell of).
+        self.on_transition: Callable[[Transition], None] | None = None
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -100,7 +103,7 @@ class AgentStore:
     def notifications(self, parent: str, after: int = 0, limit: int = 100) -> list[NotificationRow]:
         rows = self._db.execute(
             "SELECT id, parent_execution_id, child_execution_id, kind, turn_seq,"
-            " created_at_unix_ms, delivered_prompt_id FROM notifications"
+            " created_at_unix_ms, delivered_prompt_id, approval_id FROM notifications"
             " WHERE parent_execution_id = ? AND id > ? ORDER BY id LIMIT ?",
             (parent, after, limit),
         ).fetchall()
@@ -110,7 +113,7 @@ class AgentStore:
         """Notifications not yet typed into a managed parent, oldest first."""
         rows = self._db.execute(
             "SELECT id, parent_execution_id, child_execution_id, kind, turn_seq,"
-            " created_at_unix_ms FROM notifications WHERE parent_execution_id = ?"
+            " created_at_unix_ms, approval_id FROM notifications WHERE parent_execution_id = ?"
             " AND delivered_at_unix_ms IS NULL ORDER BY id",
             (parent,),
         ).fetchall()
@@ -173,13 +176,22 @@ class AgentStore:
             notification_id = None
             parent = record["parent_execution_id"]
             if what.notification is not None and record["notify_on_finish"] and parent:
+                # An approval notice names the approval the same look recorded
+                # (docs/tools.md#approvals): the parent can answer from the notice alone.
+                approval_id = (self.catalog.latest_pending_approval(execution_id)
+                               if what.notification == "approval" else None)
                 cursor = self._db.execute(
                     "INSERT OR IGNORE INTO notifications (parent_execution_id, child_execution_id,"
-                    " kind, turn_seq, event_seq, created_at_unix_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                    (parent, execution_id, what.notification, turn_seq, event_seq, now),
+                    " kind, turn_seq, event_seq, created_at_unix_ms, approval_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (parent, execution_id, what.notification, turn_seq, event_seq, now,
+                     approval_id),
                 )
                 notification_id = int(cursor.lastrowid or 0) or None
-        return Transition(record, event_seq, what, notification_id)
+            moved = Transition(record, event_seq, what, notification_id)
+            if self.on_transition is not None:
+                self.on_transition(moved)  # in this transaction (the operator hook's notice)
+        return moved
 
     def set_labels(self, execution_id: str, changes: Mapping[str, str | None]) -> ExecutionRow:
         """Merge ``changes`` into the labels (``None`` removes a key); returns the record."""

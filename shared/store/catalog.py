@@ -8,6 +8,7 @@ guardian reads the catalog through ``view``, which writes nothing.
 
 from __future__ import annotations
 
+from tether.shared.store.approval_table import ApprovalsTable
 from tether.shared.store.event_table import EventsTable
 from tether.shared.store.execution_table import ExecutionsTable
 from tether.shared.store.idempotency_table import IdempotencyTable
@@ -15,7 +16,8 @@ from tether.shared.store.receipt_table import ReceiptsTable
 from tether.shared.store.thread_table import ThreadsTable
 
 
-class Catalog(ThreadsTable, ExecutionsTable, ReceiptsTable, EventsTable, IdempotencyTable):
+class Catalog(ThreadsTable, ExecutionsTable, ReceiptsTable, EventsTable, IdempotencyTable,
+              ApprovalsTable):
     """Access to one guardian's catalog file: every table family over one connection and
     one transaction (``core.CatalogCore``), so that a step that writes several families
     commits or rolls back as one."""

@@ -31,7 +31,14 @@ from tether.shared.store.rows import (
     decode_row,
     sql_literal,
 )
-from tether.shared.store.schema import AGENT_COLUMNS, INDEX_CHANGES, SCHEMA, SCHEMA_VERSION, THREAD_COLUMNS
+from tether.shared.store.schema import (
+    AGENT_COLUMNS,
+    INDEX_CHANGES,
+    NOTIFICATION_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    THREAD_COLUMNS,
+)
 
 
 class CatalogCore(ABC):
@@ -74,7 +81,8 @@ class CatalogCore(ABC):
 
         Schema 1 -> 2: the managed-agent columns (the new tables come from ``_SCHEMA``);
         then the thread columns added since. Schema 2 -> 3: the turn log, a new table only
-        (``SCHEMA`` creates it).
+        (``SCHEMA`` creates it). Schema 3 -> 4: approvals and notices (new tables) and the
+        notifications' approval column.
         Idempotent and safe when two processes open the same catalog at once.
         """
         with self.transaction():
@@ -86,6 +94,10 @@ class CatalogCore(ABC):
             for name, decl in THREAD_COLUMNS:
                 if name not in have:
                     self._db.execute(f"ALTER TABLE threads ADD COLUMN {name} {decl}")
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(notifications)")}
+            for name, decl in NOTIFICATION_COLUMNS:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE notifications ADD COLUMN {name} {decl}")
             for statement in INDEX_CHANGES:
                 self._db.execute(statement)
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema' AND value < ?",

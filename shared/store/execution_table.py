@@ -309,7 +309,7 @@ class ExecutionsTable(CatalogCore):
                 f"DELETE FROM executions WHERE execution_id IN ({marks})", list(execution_ids)
             )
             for table in ("receipts", "person_events", "execution_events",
-                          "agent_events", "turns"):
+                          "agent_events", "turns", "approvals"):
                 self._db.execute(
                     f"DELETE FROM {table} WHERE execution_id IN ({marks})", list(execution_ids)
                 )

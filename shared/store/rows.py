@@ -79,6 +79,7 @@ class NotificationRow(TypedDict):
     turn_seq: int
     created_at_unix_ms: int
     delivered_prompt_id: NotRequired[str | None]
+    approval_id: NotRequired[str | None]
 
 
 class PruningRow(TypedDict):

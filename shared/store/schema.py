@@ -7,7 +7,9 @@ has no live guardian reads it through ``view`` and never runs any of this.
 from __future__ import annotations
 
 #: 3: the turn log (``turns``, ``turn_table``), a new table only.
-SCHEMA_VERSION = 3
+#: 4: approvals and the operator hook's notices (``approval_table``), new tables, and the
+#: approval a notification tells of (``notifications.approval_id``).
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -127,6 +129,29 @@ CREATE TABLE IF NOT EXISTS turns (
     at_unix_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_execution ON turns (execution_id, seq);
+CREATE TABLE IF NOT EXISTS approvals (
+    seq INTEGER PRIMARY KEY,
+    approval_id TEXT UNIQUE NOT NULL,
+    execution_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    workspace_root TEXT NOT NULL,
+    parent_execution_id TEXT,
+    guardian_instance_id TEXT NOT NULL,
+    pending INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    created_unix_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approvals_execution ON approvals (execution_id, seq);
+CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (seq) WHERE pending = 1;
+CREATE TABLE IF NOT EXISTS notices (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    hook TEXT NOT NULL,
+    created_unix_ms INTEGER NOT NULL,
+    detail TEXT
+);
 """
 
 #: Indexes a command's writes no longer pay for (each index is a page more per commit on a
@@ -162,3 +187,6 @@ AGENT_COLUMNS: tuple[tuple[str, str], ...] = (
 #: ended when no reset replaced it (``{generation, reason}`` as JSON), so that the shell
 #: started after it can say why the thread has a new one.
 THREAD_COLUMNS: tuple[tuple[str, str], ...] = (("shell_ended", "TEXT"),)
+
+#: Columns added to ``notifications`` in schema 4: the approval an ``approval`` notice tells of.
+NOTIFICATION_COLUMNS: tuple[tuple[str, str], ...] = (("approval_id", "TEXT"),)

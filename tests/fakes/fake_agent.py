@@ -21,9 +21,12 @@ With ``--paste-burst-ms N`` an Enter that comes within N ms of a typed character
 draft as a newline instead of submitting it, as Codex does (it takes such an Enter for part
 of a paste).
 
-With ``--approval`` a submitted prompt first raises a permission dialog
-(``Do you want to proceed?`` / ``❯ 1. Yes`` / ``2. No``): ``1`` or Enter accepts (then busy as
-above), ``2`` or Escape declines (``● Declined: TEXT``). Escape or Ctrl-C while busy cancels
+With ``--approval`` a submitted prompt first raises a permission dialog drawn as Claude Code
+draws one: ``Bash command``, the prompt's text as the command in a dashed box, ``Do you want
+to proceed?`` / ``❯ 1. Yes`` / ``2. No``. ``1``, ``y`` or Enter accepts (then busy as above),
+``2``, ``n`` or Escape declines (``● Declined: TEXT``); with ``--answer-log FILE`` each answer
+appends ``{"answer": "approved" | "denied", "key": KEY, "command": TEXT}`` there (flushed
+and fsynced, so a test can count answers). Escape or Ctrl-C while busy cancels
 (``● Interrupted``) — unless ``--ignore-interrupt``, which stands in for an agent that does
 not acknowledge an interrupt (it keeps working); with ``--interrupt-presses 2`` the first
 Escape only arms it (the hint reads ``esc again to interrupt``) and a second within
@@ -96,6 +99,7 @@ class Agent:
     tool: subprocess.Popen[bytes] | None = None  # the command a ``run:`` prompt started
     restore_on_interrupt: bool = False  # an interrupted prompt goes back into the box
     sticky_draft: bool = False  # Backspace does nothing
+    answer_log: str | None = None  # --answer-log: one line per approval answered
 
     # --- input -------------------------------------------------------------------------
 
@@ -143,10 +147,20 @@ class Agent:
 
     def _approval_key(self, key: str, now: float) -> None:
         if key in ("1", "\r", "\n", "y"):
+            self._answered("approved", key)
             self._start_busy(now)
         elif key in ("2", "n", "escape", "\x03"):
+            self._answered("denied", key)
             self.mode = "idle"
             self.transcript.append(f"● Declined: {_flat(self.pending)}")
+
+    def _answered(self, answer: str, key: str) -> None:
+        if self.answer_log is None:
+            return
+        with open(self.answer_log, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"answer": answer, "key": key, "command": self.pending}) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
 
     def _start_busy(self, now: float) -> None:
         self.mode = "busy"
@@ -211,8 +225,10 @@ class Agent:
             return [
                 "─" * width,
                 " Bash command",
-                f"   run: {_flat(self.pending)}"[:width],
-                "",
+                " Run what was asked",
+                "╌" * width,
+                f" {_flat(self.pending)}"[:width],
+                "╌" * width,
                 " Do you want to proceed?",
                 " ❯ 1. Yes",
                 "   2. No",
@@ -350,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one-write-turns", action="store_true",
                         help="draw each turn's busy frame and the idle frame after it in one "
                         "write (a turn shorter than any read)")
+    parser.add_argument("--answer-log", help="append one JSON line per approval answered here")
     args = parser.parse_args(argv)
     if args.start_log:
         started = {"argv": sys.argv[1:] if argv is None else argv,
@@ -362,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                   paste_burst_seconds=args.paste_burst_ms / 1000,
                   ignore_interrupt=args.ignore_interrupt, run_prompts=args.run_prompts,
                   interrupt_presses=args.interrupt_presses, draft=args.draft,
-                  restore_on_interrupt=args.restore_on_interrupt, sticky_draft=args.sticky_draft)
+                  restore_on_interrupt=args.restore_on_interrupt, sticky_draft=args.sticky_draft,
+                  answer_log=args.answer_log)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     resized: list[int] = []

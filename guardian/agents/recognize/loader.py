@@ -38,6 +38,9 @@ hold. A rule is a test plus ``id``, ``state``, ``priority``, ``description`` and
 ``login`` / an API key, ``approval`` of an action, or a ``choice`` among options; default
 ``approval``). Other states take no ``attention``.
 
+The ``[approval]`` table says how the program draws a question and which keys answer it
+(``asking`` documents it).
+
 The ``[draft]`` table says when a screen that waits for input already holds a draft (text
 typed but not sent, or put back by the program after an interrupt) — whatever is typed next
 would join it — and which of the program's own keys clear it. Its test must not take the
@@ -55,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from tether.guardian.agents.recognize.asking import ApprovalForm, parse_approval
 from tether.guardian.agents.recognize.model import ATTENTIONS, STATES, Attention, RuleFileError, State
 from tether.guardian.agents.recognize.regions import SCREEN, Region
 from tether.guardian.terminal.keys import key_bytes
@@ -72,7 +76,7 @@ LEAF_KINDS: tuple[LeafKind, ...] = ("contains", "regex", "line_regex")
 NODE_KEYS = frozenset({"all", "any", "not", *LEAF_KINDS, "region", "ignore_case"})
 RULE_KEYS = NODE_KEYS | {"id", "state", "priority", "description", "attention"}
 FILE_KEYS = frozenset({"name", "description", "no_match_reason", "interrupt",
-                       "interrupt_presses", "draft", "rule"})
+                       "interrupt_presses", "draft", "approval", "rule"})
 DRAFT_KEYS = NODE_KEYS | {"description", "clear_keys", "clear_per_character"}
 MAX_CLEAR_KEYS = 8
 MAX_INTERRUPT_PRESSES = 3
@@ -134,6 +138,8 @@ class RuleSet:
     interrupt: str = DEFAULT_INTERRUPT  # what ``Agent.cancel`` presses (docs/tools.md#managed-agents)
     interrupt_presses: int = 1  # how many times, while the turn holds
     draft: Draft | None = None  # every shipped file has one (a test checks)
+    #: How its questions are drawn and answered (``asking``; docs/tools.md#approvals).
+    approval: ApprovalForm | None = None
 
 
 def default_rules_dir() -> Traversable:
@@ -192,6 +198,7 @@ def parse_rule_file(filename: str, data: bytes) -> RuleSet:
         interrupt=_interrupt(filename, doc),
         interrupt_presses=_interrupt_presses(filename, doc),
         draft=_draft(filename, doc.get("draft")),
+        approval=parse_approval(filename, doc.get("approval")),
     )
 
 
