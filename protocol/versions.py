@@ -48,6 +48,10 @@ class Capability(StrEnum):
     #: managed agent's ``recognition``, and ``cancel`` refusing an agent not in a turn
     #: (``not_busy``).
     TURN_LOG = "turn_log"
+    #: ReadFiles and EditFiles in the guardian: reads with revisions, edits checked against
+    #: them and written atomically, each thread's managed temporary directory and the
+    #: release of its helpers (docs/tools.md#readfiles, docs/tools.md#editfiles).
+    FILES = "files"
 
 
 class Version(NamedTuple):
@@ -81,6 +85,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
     8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG}),
+    9: frozenset({Capability.FILES}),
 }
 
 

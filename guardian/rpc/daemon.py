@@ -48,6 +48,7 @@ IMPLEMENTED = frozenset({
     Capability.AGENT_LIFECYCLE,
     Capability.MODE_SANDBOX, Capability.LINE_LIMITS, Capability.LIST_PAGES,
     Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG,
+    Capability.FILES,
 })
 
 #: How often the guardian checks that its socket file is still its own.

@@ -21,6 +21,7 @@ from tether.guardian.agents.watch import TurnWatch
 from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.eager import in_task
+from tether.guardian.runtime.file_desk import FileDesk
 from tether.guardian.runtime.mode_store import ThreadModes
 from tether.guardian.views.inspection import Inspector
 from tether.guardian.views.reads import History
@@ -168,7 +169,8 @@ class GuardianService:
                             threads=rt.threads, retention=rt.retention, notifier=rt.notifier,
                             ledger=self._ledger)
         modes = self._modes = ThreadModes(scope=rt.scope, catalog=rt.catalog, threads=rt.threads)
-        for side in (inspector, history, turns, desk, person, modes):
+        files = FileDesk(scope=rt.scope, threads=rt.threads, modes=modes)
+        for side in (inspector, history, turns, desk, person, modes, files):
             self._handlers.update(side.handlers())
         unknown = set(self._handlers) - set(METHODS)
         assert not unknown, f"handlers for methods the table does not declare: {unknown}"
