@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.guardian.runtime.file_paths import Located, read_whole, revision_of, same_file
-from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.errors import ErrorCode
 from tether.protocol.files import FileEdit, FileEdited, SearchBlock
 from tether.protocol.limits import MAX_DIFF_LINES, MAX_SCAN_BYTES
 
@@ -198,7 +198,8 @@ def apply_blocks(old: bytes, blocks: list[SearchBlock], shown: str) -> tuple[byt
 
 def _places(data: bytes, search: bytes, most: int = 20) -> list[int]:
     """Where ``search`` starts in ``data`` (overlapping matches too), at most ``most``."""
-    found, at = [], data.find(search)
+    found: list[int] = []
+    at = data.find(search)
     while at != -1 and len(found) < most:
         found.append(at)
         at = data.find(search, at + 1)
