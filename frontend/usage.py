@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.protocol.files import parse_path_spec
+from tether.protocol.file_methods import parse_path_spec
 from tether.protocol.method_table import (
     EXEC_INPUT,
     EXEC_SCREEN,

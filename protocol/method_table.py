@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.files import (
+from tether.protocol.file_methods import (
     EditFilesParams,
     EditFilesResult,
     ReadFilesParams,

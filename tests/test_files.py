@@ -17,12 +17,15 @@ from mcp import Client
 from tests.conftest import stdio_params
 from tests.helpers import apoll, processes_with_env, start_guardian
 from tests.mcp_helpers import bash, call, call_error, initialize, run
+from tether.frontend.policy.authority import Caller, tools_for
+from tether.frontend.transport.mcp_server import build_server
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 
 BIG_LINE = b"x" * 99 + b"\n"
 BIG_LINES = 500_000  # 50 MB
+KILL_LINES = 200_000  # 20 MB: written, fsynced and renamed while the guardian is killed
 
 
 def _scope(session: dict[str, Any]) -> dict[str, Any]:
@@ -145,8 +148,8 @@ async def test_edits_are_checked_against_the_revision_read(
 async def test_a_guardian_killed_during_a_large_write_leaves_old_or_new(
         tether_env: Config, workspace: Path) -> None:
     target = workspace / "huge.txt"
-    old = b"first line\n" + BIG_LINE * BIG_LINES
-    new = b"FIRST LINE\n" + BIG_LINE * BIG_LINES
+    old = b"first line\n" + BIG_LINE * KILL_LINES
+    new = b"FIRST LINE\n" + BIG_LINE * KILL_LINES
     target.write_bytes(old)
     async with Client(stdio_params()) as client:
         session = await initialize(client, workspace)
@@ -173,7 +176,7 @@ async def test_a_guardian_killed_during_a_large_write_leaves_old_or_new(
         assert killed_before_rename
         # the next call starts a new guardian, which reads the file as it is
         after = (await read(client, session, "huge.txt:1-1"))["data"]["files"][0]
-        assert after["content"] == "first line\n" and after["total_lines"] == BIG_LINES + 1
+        assert after["content"] == "first line\n" and after["total_lines"] == KILL_LINES + 1
 
 
 async def test_modes_and_profiles_gate_edits(tether_env: Config, workspace: Path) -> None:
@@ -203,11 +206,9 @@ async def test_modes_and_profiles_gate_edits(tether_env: Config, workspace: Path
         done = await edit(client, session, [{"path": "src/ok.py", "revision": revision,
                                             "content": "a = 2\n"}])
         assert done["data"]["applied"] and (workspace / "src" / "ok.py").read_text() == "a = 2\n"
-    params = stdio_params()
-    params = params.model_copy(update={"args": [*params.args, "--profile", "read-only",
-                                                "--allow-tool", "Execution",
-                                                "--allow-tool", "ReadFiles"]})
-    async with Client(params) as reader:
+    # A read-only principal (as `tether serve --profile read-only` makes one), in process.
+    caller = Caller("local", "read-only", tools_for("read-only", ["Execution", "ReadFiles"]))
+    async with Client(build_server(tether_env, local=caller)) as reader:
         listed = sorted(t.name for t in (await reader.list_tools()).tools)
         assert listed == ["Execution", "Initialize", "ReadFiles"]
         session = await initialize(reader, workspace)

@@ -1,5 +1,5 @@
 """ReadFiles and EditFiles input models (the MCP input schemas are generated from these);
-their strings are the wire's own types (``protocol/files``), so the limits are the same."""
+their strings are the wire's own types (``protocol/file_methods``), so the limits are the same."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from tether.frontend.tools.schemas import Id, ToolArgs, WorkspaceRoot
-from tether.protocol.files import FilePath, PathSpecText, Token, WriteText
+from tether.protocol.file_methods import FilePath, PathSpecText, Token, WriteText
 from tether.protocol.limits import (
     MAX_BLOCKS,
     MAX_EDITS,

@@ -32,7 +32,7 @@ from tether.guardian.runtime.temporary import (
 from tether.guardian.runtime.threads import Threads
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.files import (
+from tether.protocol.file_methods import (
     EditFilesParams,
     EditFilesResult,
     ReadFilesParams,

@@ -19,7 +19,7 @@ from typing import Any
 
 from tether.guardian.runtime.file_paths import Located, read_whole, revision_of, same_file
 from tether.protocol.errors import ErrorCode
-from tether.protocol.files import FileEdit, FileEdited, SearchBlock
+from tether.protocol.file_methods import FileEdit, FileEdited, SearchBlock
 from tether.protocol.limits import MAX_DIFF_LINES, MAX_SCAN_BYTES
 
 #: Mode of a file an edit creates (as a shell with umask 022 makes it; the guardian's own

@@ -14,7 +14,7 @@ from typing import Any
 
 from tether.guardian.runtime.file_paths import Located, locate, locate_helper, open_regular, scan
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.files import FileRead, PathSpec, ReadFilesParams, parse_path_spec
+from tether.protocol.file_methods import FileRead, PathSpec, ReadFilesParams, parse_path_spec
 from tether.protocol.limits import MAX_READ_CALL_BYTES, MAX_READ_FILE_BYTES
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tether.guardian.runtime.file_paths import Located, inside, locate_helper, revision_of
 from tether.protocol.errors import ErrorCode, TetherError
-from tether.protocol.files import HelperReleased, ReleaseItem
+from tether.protocol.file_methods import HelperReleased, ReleaseItem
 from tether.protocol.limits import MAX_SCAN_BYTES, TEMPORARY_BUDGET_BYTES, TEMPORARY_BUDGET_FILES
 from tether.shared.identity import process_marks
 
