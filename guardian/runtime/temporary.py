@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.guardian.history.reconcile import THREAD_MARK
 from tether.guardian.runtime.file_paths import Located, inside, locate_helper, revision_of
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.file_methods import HelperReleased, ReleaseItem
@@ -25,7 +26,6 @@ from tether.shared.identity import process_marks
 
 #: Entries looked at when measuring (a command may fill the directory with many more).
 MAX_MEASURED_ENTRIES = 100_000
-THREAD_MARK = "TETHER_THREAD_ID"
 
 
 def generation_of(directory: str) -> str:
