@@ -279,6 +279,7 @@ async def test_an_older_guardian_says_capability_missing(
     (workspace / "a.txt").write_text("a\n")
     async with Client(stdio_params()) as client:
         session = await initialize(client, workspace)
+        assert "temporary_dir" not in session
         missing = await call_error(client, "ReadFiles", {**_scope(session), "paths": ["a.txt"]})
         assert missing["code"] == "capability_missing"
         assert missing["data"]["capability"] == "files" and missing["data"]["input_sent"] is False

@@ -128,6 +128,7 @@ class Guardian:
             clock=self.clock,
             base_env=process_env(),
             mode_sandbox=Capability.MODE_SANDBOX in self.capabilities,
+            files=Capability.FILES in self.capabilities,
             caps=RunningCaps(per_thread=self.config.max_running_per_thread,
                              per_guardian=self.config.max_running_per_guardian),
             sizes=OutputSizes(head=self.config.output_head_bytes,

@@ -89,8 +89,12 @@ class Threads:
         base_env: dict[str, str],
         mode_sandbox: bool = True,
         caps: RunningCaps | None = None,
+        files: bool = True,
     ) -> None:
         self._scope = scope
+        #: Whether threads have managed temporary directories (``files``, protocol 1.9; an
+        #: older protocol emulated: no TETHER_TMP, no temporary_dir).
+        self.files = files
         self._caps = caps or RunningCaps()
         self._catalog = catalog
         self._paths = paths
@@ -143,8 +147,9 @@ class Threads:
             "reattached": reattached,
             "generation": shell.generation,
             "cwd": shell.cwd,
-            "temporary_dir": str(self._paths.temporary(thread["thread_id"])),
         }
+        if self.files:
+            opened["temporary_dir"] = str(self._paths.temporary(thread["thread_id"]))
         if reattached and thread["thread_id"] in self._replaced:
             opened["shell_replaced"] = self._replaced[thread["thread_id"]]
         return opened
@@ -221,8 +226,9 @@ class Threads:
             TERM="xterm-256color",
             TETHER_THREAD_ID=thread_id,
             TETHER_WORKSPACE=self._scope.workspace_root,
-            TETHER_TMP=str(self.temporary_dir(thread_id)),
         )
+        if self.files:
+            env["TETHER_TMP"] = str(self.temporary_dir(thread_id))
         if execution_id is not None:
             env["TETHER_EXECUTION_ID"] = execution_id
         if sandboxed or architect:

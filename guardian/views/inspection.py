@@ -106,7 +106,7 @@ class Inspector:
                 thread["generation"] if thread else None),
             "cwd": shell.cwd if shell is not None and running else (thread["cwd"] if thread else None),
             **({"temporary_dir": str(self._threads.temporary_path(params.thread_id))}
-               if params.thread_id else {}),
+               if params.thread_id and self._threads.files else {}),
         })
 
     async def list_records(self, request: Request, params: ExecListParams) -> ListResult:
