@@ -17,8 +17,10 @@ from mcp import Client
 from tests.conftest import stdio_params
 from tests.helpers import apoll, processes_with_env, start_guardian
 from tests.mcp_helpers import bash, call, call_error, initialize, run
+from tether.frontend.person.report import build_report
 from tether.frontend.policy.authority import Caller, tools_for
 from tether.frontend.transport.mcp_server import build_server
+from tether.frontend.usage import read_shape_fields, temporary_fields
 from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
@@ -287,3 +289,27 @@ async def test_an_older_guardian_says_capability_missing(
             {"path": "a.txt", "content": "b\n"}]})
         assert refused["code"] == "capability_missing"
     assert (workspace / "a.txt").read_text() == "a\n"
+
+
+def test_the_usage_log_counts_request_shapes_and_the_report_sums_them() -> None:
+    assert read_shape_fields(["a", "a", "a:1-2", "a:-3", "a:4-", "a:5", "a:x"]) == {
+        "read_whole_file_requests": 3, "read_bounded_range_requests": 2,
+        "read_open_ended_range_requests": 2}
+    assert read_shape_fields(["a:0-1"]) == {} and read_shape_fields([]) == {}
+    assert read_shape_fields("a.py") == {}  # not a list: unknown, never zero
+    assert temporary_fields({"used_bytes": 0, "files": 0, "budget_bytes": 9,
+                             "over_budget": False}) == {
+        "temporary_usage_schema": 1, "temporary_used_bytes": 0, "temporary_files": 0,
+        "temporary_budget_bytes": 9, "temporary_over_budget": False}
+    assert temporary_fields({"used_bytes": "7", "over_budget": "no"}) == {}
+    base = {"event": "tool_call", "usage_schema": 1, "tool": "ReadFiles", "action": "read",
+            "backend": "native", "duration_ms": 1.0, "outcome": "ok", "code": None,
+            "ts_unix_ms": 1, "read_request_schema": 1}
+    lines = [json.dumps({**base, **read_shape_fields(["a", "b:1-2"]),
+                         **temporary_fields({"over_budget": True})}),
+             json.dumps(base)]
+    group = next(g for g in build_report(lines, last=None, since_minutes=0, now_ms=0)
+                 .to_dict()["workflows"] if g["tool"] == "ReadFiles")
+    assert group["reads"]["whole_file"] == {"sum": 1, "calls_known": 1, "calls_unknown": 1}
+    assert group["reads"]["bounded_range"]["sum"] == 1
+    assert group["temporary_over_budget"] == {"true": 1}

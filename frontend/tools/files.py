@@ -99,7 +99,9 @@ class EditFilesTool(Tool):
             more = (f" (and {len(errors) - 1} more refused edits: see data.files)"
                     if len(errors) > 1 else "")
             raise TetherError.from_wire({
-                "code": first["code"], "message": f"nothing was written: {first['message']}{more}",
+                "code": first["code"],
+                "message": (first["message"] if "nothing was written" in first["message"]
+                            else f"nothing was written: {first['message']}") + more,
                 "data": {**data, "input_sent": False}})
         parts = []
         for entry in data["files"]:

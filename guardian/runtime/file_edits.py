@@ -234,12 +234,12 @@ def _not_found(data: bytes, search: str, number: int, shown: str) -> EditRefused
                            "file resemble it; nothing was written. Read the file again and copy "
                            "the search text from it exactly", block=number)
     found = lines[best:best + size]
-    hint = ("they differ only in whitespace; copy the indentation exactly. "
+    hint = ("They differ only in whitespace: copy the indentation exactly. "
             if [x.strip() for x in found] == [x.strip() for x in wanted] else "")
     return EditRefused(
         ErrorCode.SEARCH_NOT_FOUND,
         f"{shown}: search block {number} matches no place; nothing was written. The nearest "
-        f"match is lines {best + 1}-{best + size} ({best_ratio:.0%} alike): {hint}the file "
+        f"match is lines {best + 1}-{best + size} ({best_ratio:.0%} alike). {hint}The file "
         f"has there:\n" + "\n".join(found[:20]),
         block=number, nearest_lines=[best + 1, best + size], similarity=round(best_ratio, 3))
 
