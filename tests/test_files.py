@@ -236,9 +236,12 @@ async def test_release_keeps_helpers_in_use_and_never_another_threads(
     async def release(names: list[str], reader: dict[str, Any] | None = None) -> dict[str, Any]:
         got = await read(stdio_client, reader or session, *names, temporary=True)
         generation = got["data"]["temporary"]["generation"]
-        return await call(stdio_client, "EditFiles", {**_scope(session), "release_temporary": [
+        sent.append({**_scope(session), "release_temporary": [
             {"name": f["path"], "revision": f["revision"], "generation": generation}
             for f in got["data"]["files"]]})
+        return await call(stdio_client, "EditFiles", sent[-1])
+
+    sent: list[dict[str, Any]] = []
 
     def held() -> bool:
         for process in processes_with_env("TETHER_THREAD_ID", session["thread_id"]):
@@ -263,6 +266,8 @@ async def test_release_keeps_helpers_in_use_and_never_another_threads(
             break
         await anyio.sleep(0.1)
     assert done["status"] == "ok" and not (tmp / "watch.log").exists()
+    again = await call(stdio_client, "EditFiles", sent[-1])  # a retry of the same request
+    assert again["status"] == "ok" and again["data"]["helpers"][0]["status"] == "absent"
     # another thread can neither name nor reach this thread's helper
     other = await initialize(stdio_client, workspace)
     assert other["temporary_dir"] != session["temporary_dir"]
@@ -273,6 +278,10 @@ async def test_release_keeps_helpers_in_use_and_never_another_threads(
     assert foreign["data"]["helpers"][0]["status"] == "refused"
     assert foreign["data"]["helpers"][0]["error"]["code"] == "denied"
     assert (tmp / "other.sh").exists()
+    # a symlink a command leaves among the helpers leads nowhere
+    await run(stdio_client, session, 'ln -s /etc/hostname "$TETHER_TMP/link"')
+    linked = await read(stdio_client, session, "link", temporary=True)
+    assert linked["data"]["files"][0]["error"]["code"] == "denied"
 
 
 async def test_an_older_guardian_says_capability_missing(

@@ -86,7 +86,14 @@ def locate_helper(directory: str, name: str) -> Located:
             "'.', '_' and '-' (not starting with '.' or '-'), at most 128 characters",
             {"path": name, "input_sent": False})
     written = os.path.join(base_real, name)
-    return Located(name, written, written)
+    real = os.path.realpath(written)
+    if os.path.dirname(real) != base_real:  # a symlink a command left there
+        raise TetherError(
+            ErrorCode.DENIED,
+            f"helper {name} is a symlink that leads to {real}, outside the managed directory; "
+            "helpers are plain files. Nothing was read or written.",
+            {"path": name, "input_sent": False})
+    return Located(name, written, real)
 
 
 @dataclass(slots=True)
