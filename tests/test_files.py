@@ -163,11 +163,15 @@ async def test_a_guardian_killed_during_a_large_write_leaves_old_or_new(
             args = {**_scope(session), "edits": [{
                 "path": "huge.txt", "revision": revision,
                 "blocks": [{"search": "first line\n", "replace": "FIRST LINE\n"}]}]}
+            inode = target.stat().st_ino
+
+            def writing(inode: int = inode) -> bool:  # its temporary file is there (or done)
+                return (any(p.name.startswith(".huge.txt.tether-") for p in workspace.iterdir())
+                        or target.stat().st_ino != inode)
+
             async with anyio.create_task_group() as group:
                 group.start_soon(client.call_tool, "EditFiles", args)
-                await apoll(lambda: [p for p in workspace.iterdir()
-                                     if p.name.startswith(".huge.txt.tether-")],
-                            timeout=20, interval=0.001, what="the edit's temporary file")
+                await apoll(writing, timeout=20, interval=0.001, what="the edit's temporary file")
                 os.kill(guardian, signal.SIGKILL)
             content = target.read_bytes()
             assert content in (old, new), "a mix of the old file and the new one"
