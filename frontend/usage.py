@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.protocol.file_methods import parse_path_spec
 from tether.protocol.method_table import (
     EXEC_INPUT,
     EXEC_SCREEN,
@@ -59,6 +60,8 @@ if TYPE_CHECKING:  # the person's CLI imports this module (via guardians.py): ke
 USAGE_SCHEMA = 1
 WORKFLOW_SCHEMA = 1
 OBSERVE_SCHEMA = 1
+READ_REQUEST_SCHEMA = 1
+TEMPORARY_USAGE_SCHEMA = 1
 MAX_PHASE_PAIRS = 16
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 #: Rotated generations kept next to the log: ``usage.jsonl.1`` (newest) .. ``.3``.
@@ -388,6 +391,10 @@ def _action_of(tool: str, args: Mapping[str, Any]) -> Any:
         return args.get("action")
     if tool == "Initialize":
         return args.get("type", "first_call")
+    if tool == "ReadFiles":
+        return "read"
+    if tool == "EditFiles":
+        return "release_temporary" if args.get("release_temporary") is not None else "edit"
     return None
 
 
@@ -401,6 +408,8 @@ ACTIONS: dict[str, frozenset[str]] = {
     "Agent": frozenset({"list", "get", "read", "explain", "wait", "prompt", "launch", "close",
                         "resume", "archive", "unarchive", "cancel", "label", "notifications",
                         "approvals", "respond"}),
+    "ReadFiles": frozenset({"read"}),
+    "EditFiles": frozenset({"edit", "release_temporary"}),
 }
 BACKENDS = frozenset({"native", "herdr"})
 #: What a call is logged as when even its classification failed.
@@ -492,6 +501,11 @@ def workflow_fields(
         return fields
     if tool == "Agent" and action in ("approvals", "respond"):
         fields.update(approval_fields(action, data, result))
+    if tool == "ReadFiles":
+        fields["read_request_schema"] = READ_REQUEST_SCHEMA
+        fields.update(read_shape_fields(args.get("paths")))
+    if tool in ("ReadFiles", "EditFiles"):
+        fields.update(temporary_fields(data.get("temporary")))
     receipt = data.get("receipt")
     if tool == "Agent" and isinstance(receipt, dict):
         fields["receipt_observed"] = True
@@ -547,6 +561,43 @@ def approval_fields(action: str, data: Mapping[str, Any],
         resolved = approval.get("resolved") if isinstance(approval, dict) else None
         how = resolved.get("how") if isinstance(resolved, dict) else None
         fields["approval_outcome"] = how if how in _HOW else "pending"
+    return fields
+
+
+#: ReadFiles request shapes (seed "Usage metrics for plugin workflows"), by the tool's parser.
+_READ_SHAPES = {"whole": "read_whole_file_requests", "bounded": "read_bounded_range_requests",
+                "open_ended": "read_open_ended_range_requests"}
+
+
+def read_shape_fields(paths: Any) -> dict[str, int]:
+    """How many requested entries read a whole file, a range with an end (``:10-20``,
+    ``:-20``) or one without (``:20-``, ``:20``); duplicates count separately. An invalid or
+    empty request has unknown shapes: nothing is written for them."""
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        return {}
+    counts = dict.fromkeys(_READ_SHAPES.values(), 0)
+    try:
+        for path in paths:
+            counts[_READ_SHAPES[parse_path_spec(path).shape]] += 1
+    except ValueError:
+        return {}
+    return counts
+
+
+def temporary_fields(usage: Any) -> dict[str, Any]:
+    """The managed directory as measured in this call: missing or malformed values are left
+    out, never made zero or false; a measured empty directory is zeros and false."""
+    if not isinstance(usage, Mapping):
+        return {}
+    fields: dict[str, Any] = {}
+    for key in ("used_bytes", "files", "budget_bytes"):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            fields[f"temporary_{key}"] = value
+    if isinstance(usage.get("over_budget"), bool):
+        fields["temporary_over_budget"] = usage["over_budget"]
+    if fields:
+        fields["temporary_usage_schema"] = TEMPORARY_USAGE_SCHEMA
     return fields
 
 

@@ -94,6 +94,23 @@ class ErrorCode(StrEnum):
     APPROVAL_STALE = "approval_stale"
     # A program that could not be started (a managed agent's, or a background command's).
     SPAWN_FAILED = "spawn_failed"
+    # Files (docs/tools.md#readfiles, docs/tools.md#editfiles). A path outside the thread's
+    # workspace (symlinks resolved), or one the operating system will not open for Tether.
+    DENIED = "denied"
+    # A file that holds NUL bytes: not text, never returned as text.
+    BINARY = "binary"
+    # A read over its budget (per file or per call): the message names a range to ask for.
+    TOO_LARGE = "too_large"
+    # The file changed since the revision an edit names: nothing was written.
+    STALE_REVISION = "stale_revision"
+    # An edit of an existing file that names no revision (only creating a file needs none).
+    REVISION_REQUIRED = "revision_required"
+    # A search block that matches no place (the nearest is named) or several (all named).
+    SEARCH_NOT_FOUND = "search_not_found"
+    SEARCH_AMBIGUOUS = "search_ambiguous"
+    # A ReadFiles whose files did not all read, or a release that kept some helpers.
+    FILE_READ_ISSUES = "file_read_issues"
+    TEMPORARY_RELEASE_ISSUES = "temporary_release_issues"
     # Anything unexpected: a bug, reported instead of crashing.
     INTERNAL = "internal_error"
 

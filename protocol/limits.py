@@ -192,6 +192,40 @@ AGENT_RPC_TIMEOUT_S = 30.0
 MAX_ANCESTORS = 64
 
 
+# -- files (docs/tools.md#readfiles, docs/tools.md#editfiles) -------------------------------
+
+#: Path specs in one ReadFiles, and edits in one EditFiles.
+MAX_READ_PATHS = 32
+MAX_EDITS = 32
+#: What one ReadFiles returns: at most this many bytes of one file, and of all its files
+#: together (the reply carries the text twice: raw, and numbered for a model). A file or
+#: range over either is ``too_large``, naming a range that fits.
+MAX_READ_FILE_BYTES = 128 * 1024
+MAX_READ_CALL_BYTES = 512 * 1024
+#: The largest file Tether reads through to count its lines and take its revision (a read
+#: of a range of it, or an edit of it); a larger one is ``too_large`` whatever is asked.
+MAX_SCAN_BYTES = 256 * 1024 * 1024
+#: What one EditFiles carries: a whole file's new content, and everything of the call
+#: (contents, search and replace text) together, in UTF-8 bytes. Under the frame's string
+#: and frame limits.
+MAX_WRITE_BYTES = 768 * 1024
+MAX_EDIT_CALL_BYTES = 2 * 1024 * 1024
+#: Search/replace blocks in one edit.
+MAX_BLOCKS = 64
+#: A reply's diff per file: at most this many lines (then it says how many it left out).
+MAX_DIFF_LINES = 80
+#: A thread's managed temporary directory (TETHER_TMP): bytes and files it may hold before
+#: EditFiles {temporary} refuses to add more (what commands write there is measured too).
+TEMPORARY_BUDGET_BYTES = 64 * 1024 * 1024
+TEMPORARY_BUDGET_FILES = 256
+#: Helpers named in one release.
+MAX_RELEASE = 32
+#: A helper's name: one plain file name in the managed directory.
+HELPER_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+#: How long a files RPC may take (a 256 MiB file is read through, an edit fsyncs).
+FILES_RPC_TIMEOUT_S = 30.0
+
+
 def argv_bytes(argv: list[str]) -> int:
     """The size of an argv as ``MAX_ARGV_BYTES`` counts it: each argument's UTF-8 bytes plus
     one for the NUL that ends it, the way execve(2) counts arguments against its limits."""

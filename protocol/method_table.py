@@ -18,6 +18,14 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.protocol.file_methods import (
+    EditFilesParams,
+    EditFilesResult,
+    ReadFilesParams,
+    ReadFilesResult,
+    ReleaseResult,
+    ReleaseTemporaryParams,
+)
 from tether.protocol.methods import (
     AgentApprovalsParams,
     AgentCancelParams,
@@ -226,6 +234,16 @@ AGENT_RESPOND = Method("agent.respond", AgentRespondParams, AgentRespondResult,
 EXEC_ANCESTOR = Method("exec.ancestor", ExecAncestorParams, AncestorResult,
                        Capability.AGENT_LIFECYCLE, read_only=True)
 
+# -- files (docs/tools.md#readfiles, docs/tools.md#editfiles) ---------------------------------
+
+FILES_READ = Method("files.read", ReadFilesParams, ReadFilesResult, Capability.FILES,
+                    read_only=True)
+# Not read_only: it writes. A repeat after a lost reply is refused by its own revisions
+# (the file has changed: stale_revision; a created file exists now: revision_required).
+FILES_EDIT = Method("files.edit", EditFilesParams, EditFilesResult, Capability.FILES)
+# A repeat is safe: a helper released already is ``absent``.
+FILES_RELEASE = Method("files.release", ReleaseTemporaryParams, ReleaseResult, Capability.FILES)
+
 #: Every method by its wire name: what the guardian admits, and nothing else.
 METHODS: dict[str, Method[Any, Any]] = {method.name: method for method in (
     HELLO, GUARDIAN_SHUTDOWN,
@@ -237,4 +255,6 @@ METHODS: dict[str, Method[Any, Any]] = {method.name: method for method in (
     AGENT_LAUNCH, AGENT_CLOSE, AGENT_RESUME, AGENT_ARCHIVE, AGENT_UNARCHIVE, AGENT_DETACH,
     AGENT_DETACH_REMOTE, AGENT_CANCEL, AGENT_LABEL, AGENT_LIST, AGENT_GET, AGENT_NOTIFICATIONS,
     EXEC_ANCESTOR, AGENT_APPROVALS, AGENT_RESPOND,
+    EXEC_ANCESTOR,
+    FILES_READ, FILES_EDIT, FILES_RELEASE,
 )}

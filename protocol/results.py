@@ -331,6 +331,8 @@ class ThreadOpenResult(Result):
     shell_running: bool | None = None
     #: A reattach that found the thread's shell replaced since its last command.
     shell_replaced: ShellReplaced | None = None
+    #: The thread's managed temporary directory, TETHER_TMP in its shell (1.9, ``files``).
+    temporary_dir: str | None = None
 
 
 class ResetShellResult(Result):

@@ -52,6 +52,10 @@ class Capability(StrEnum):
     #: from the screen, with their options and keys), ``agent.respond`` answers one once;
     #: approval notices carry the record.
     APPROVALS = "approvals"
+    #: ReadFiles and EditFiles in the guardian: reads with revisions, edits checked against
+    #: them and written atomically, each thread's managed temporary directory and the
+    #: release of its helpers (docs/tools.md#readfiles, docs/tools.md#editfiles).
+    FILES = "files"
 
 
 class Version(NamedTuple):
@@ -85,7 +89,7 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
     8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG}),
-    9: frozenset({Capability.APPROVALS}),
+    9: frozenset({Capability.APPROVALS, Capability.FILES}),
 }
 
 

@@ -1098,9 +1098,17 @@ def run_client(report: Report, argv: list[str], cwd: Path, extra_env: dict[str, 
     return output
 
 
-def client_verdict(report: Report, output: str, log: Path, since: float) -> None:
+def client_verdict(report: Report, output: str, log: Path, since: float,
+                   workspace: Path | None = None) -> None:
     ok = "MCP-OK" in output
     report.check(ok, f"client run did not report MCP-OK: {output[-600:]}")
+    if workspace is not None:  # the file the scripted model created, read and edited
+        edited = workspace / "interop.txt"
+        held = edited.read_text() if edited.exists() else None
+        report.check(held == interop_models.FILES_LAST,
+                     f"interop.txt holds {held!r} after the client's ReadFiles and EditFiles")
+        report.client.append(f"files: interop.txt holds {held!r} (expected "
+                             f"{interop_models.FILES_LAST!r})")
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     entries = [e for e in entries if e["t"] >= since]
     listed: set[str] = set()
@@ -1161,12 +1169,14 @@ async def claude_client(env: Env, report: Report) -> None:
     since = time.time()
     output = run_client(report, [
         env.bin("claude"), "-p", f"TETHER-MCP workspace={workspace}", "--mcp-config", str(config),
-        "--strict-mcp-config", "--allowedTools", "mcp__tether__Initialize,mcp__tether__BashCommand",
+        "--strict-mcp-config", "--allowedTools",
+        "mcp__tether__Initialize,mcp__tether__BashCommand,mcp__tether__ReadFiles,"
+        "mcp__tether__EditFiles",
     ], workspace, {"HOME": str(home), "PATH": env.path(), "ENABLE_TOOL_SEARCH": "false",
                    "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{env.port}",
                    "ANTHROPIC_API_KEY": FAKE_ANTHROPIC_KEY, "DISABLE_AUTOUPDATER": "1",
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
-    client_verdict(report, output, env.log, since)
+    client_verdict(report, output, env.log, since, workspace)
 
 
 async def codex_client(env: Env, report: Report) -> None:
@@ -1184,12 +1194,14 @@ async def codex_client(env: Env, report: Report) -> None:
         "required = true\n"
         f"env = {{ {env_table} }}\n"
         "[mcp_servers.tether.tools.Initialize]\napproval_mode = \"approve\"\n"
-        "[mcp_servers.tether.tools.BashCommand]\napproval_mode = \"approve\"\n")
+        "[mcp_servers.tether.tools.BashCommand]\napproval_mode = \"approve\"\n"
+        "[mcp_servers.tether.tools.ReadFiles]\napproval_mode = \"approve\"\n"
+        "[mcp_servers.tether.tools.EditFiles]\napproval_mode = \"approve\"\n")
     since = time.time()
     output = run_client(report, [
         env.bin("codex"), "exec", "--skip-git-repo-check", f"TETHER-MCP workspace={workspace}",
     ], workspace, {"HOME": str(home), "CODEX_HOME": str(home), "PATH": env.path()})
-    client_verdict(report, output, env.log, since)
+    client_verdict(report, output, env.log, since, workspace)
 
 
 async def opencode_client(env: Env, report: Report) -> None:
@@ -1227,7 +1239,7 @@ TURNS = {"claude": TurnScreens(idle=r"^❯\s*$", busy=r"esc to interrupt"),
 
 
 async def run_program(program: str, env: Env, save: bool, skip_client: bool,
-                      checks: str = "all") -> Report:
+                      skip_inside: bool = False, checks: str = "all") -> Report:
     version = PINS[program][1]
     report = Report(program, version, saved=save)
     out_dir: Path | None = None
@@ -1244,6 +1256,20 @@ async def run_program(program: str, env: Env, save: bool, skip_client: bool,
     params = StdioServerParameters(command=str(ROOT / ".venv" / "bin" / "tether"), args=["serve"],
                                    env={**env.tether_env, "PATH": env.path(), "TERM": "xterm-256color",
                                         **AGENT_ENV[program](env)})
+    if not skip_inside:
+        await _inside(program, version, env, rec, project, params, checks)
+    if not skip_client and checks == "all":
+        print(f"interop: {program} {version} as Tether's MCP client", flush=True)
+        try:
+            await CLIENT[program](env, report)
+        except Exception as exc:
+            report.check(False, f"as client: {type(exc).__name__}: {exc}")
+    return report
+
+
+async def _inside(program: str, version: str, env: Env, rec: Recorder, project: Path,
+                  params: StdioServerParameters, checks: str) -> None:
+    """The program as a managed agent inside Tether (the first part of the module doc)."""
     print(f"interop: {program} {version} inside Tether", flush=True)
     try:
         async with Client(params) as client:
@@ -1257,14 +1283,7 @@ async def run_program(program: str, env: Env, save: bool, skip_client: bool,
             else:
                 await INSIDE[program](t, env, rec, project)
     except Exception as exc:  # one program's failure must not hide the others' results
-        report.check(False, f"inside Tether: {_innermost(exc)}")
-    if not skip_client and checks == "all":
-        print(f"interop: {program} {version} as Tether's MCP client", flush=True)
-        try:
-            await CLIENT[program](env, report)
-        except Exception as exc:
-            report.check(False, f"as client: {type(exc).__name__}: {exc}")
-    return report
+        rec.report.check(False, f"inside Tether: {_innermost(exc)}")
 
 
 def _innermost(exc: BaseException) -> str:
@@ -1299,6 +1318,8 @@ def main() -> int:
     parser.add_argument("--only", default="claude,codex,opencode")
     parser.add_argument("--no-save", action="store_true", help="do not rewrite the fixtures")
     parser.add_argument("--no-client", action="store_true", help="skip the MCP client runs")
+    parser.add_argument("--client-only", action="store_true",
+                        help="only the MCP client runs (skip the programs inside Tether)")
     parser.add_argument("--keep", action="store_true", help="keep the run's homes and logs")
     parser.add_argument("--checks", choices=("all", "approvals"), default="all",
                         help="approvals: only the Agent approvals/respond checks (claude, codex)")
@@ -1328,7 +1349,7 @@ def main() -> int:
     try:
         for program in programs:
             reports.append(asyncio.run(run_program(program, env, not args.no_save, args.no_client,
-                                                   args.checks)))
+                                                   args.client_only, args.checks)))
     finally:
         server.shutdown()
         for workspace in env.workspaces:  # every guardian this run may have started

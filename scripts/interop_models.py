@@ -171,26 +171,56 @@ def decide(items: list[Any], shell_tools: list[str], all_tools: list[str]) -> De
 
 
 def _mcp_turn(first: str, outputs: list[str], tools: list[str]) -> Decision:
-    """Tether as the client's MCP server: Initialize, then a BashCommand, then report."""
+    """Tether as the client's MCP server: Initialize, then a BashCommand; then, when the
+    file tools are offered, EditFiles creates ``interop.txt``, ReadFiles reads it with its
+    revision, and EditFiles changes it against that revision; then report."""
     workspace = re.search(r"workspace=([^\s\"'\\]+)", first)
     init = next((t for t in tools if t.endswith("Initialize")), None)
     bash = next((t for t in tools if t.endswith("BashCommand")), None)
+    read = next((t for t in tools if t.endswith("ReadFiles")), None)
+    edit = next((t for t in tools if t.endswith("EditFiles")), None)
     if workspace is None or init is None or bash is None:
         return "text", f"MCP-FAIL: Tether tools not offered (tools: {', '.join(tools)[:300]})", {}
     root = workspace.group(1)
     if not outputs:
         return "tool", init, {"type": "first_call", "workspace_root": root}
+    thread = re.search(r'thread_id"?\s*[:=]\s*"?([A-Za-z0-9_-]+)', outputs[0]) or re.search(
+        r"thread ([A-Za-z0-9_-]+) in", outputs[0])
+    if thread is None:
+        return "text", f"MCP-FAIL: no thread_id in the Initialize result: {outputs[0][:300]}", {}
+    scope = {"thread_id": thread.group(1), "workspace_root": root}
     if len(outputs) == 1:
-        thread = re.search(r'thread_id"?\s*[:=]\s*"?([A-Za-z0-9_-]+)', outputs[0]) or re.search(
-            r"thread ([A-Za-z0-9_-]+) in", outputs[0])
-        if thread is None:
-            return "text", f"MCP-FAIL: no thread_id in the Initialize result: {outputs[0][:300]}", {}
-        return "tool", bash, {"thread_id": thread.group(1), "workspace_root": root,
-                              "action_json": {"type": "command",
-                                              "command": "echo tether-interop-$((6*7))"}}
-    if "tether-interop-42" in outputs[-1]:
+        return "tool", bash, {**scope, "action_json": {"type": "command",
+                                                       "command": "echo tether-interop-$((6*7))"}}
+    if "tether-interop-42" not in outputs[1]:
+        return "text", f"MCP-FAIL: BashCommand said: {outputs[1][:300]}", {}
+    if read is None or edit is None:
         return "text", "MCP-OK tether-interop-42 came back through Tether.", {}
-    return "text", f"MCP-FAIL: BashCommand said: {outputs[-1][:300]}", {}
+    return _files_turn(outputs[2:], scope, read, edit)
+
+
+#: What the file checks write, and what the file must hold at the end.
+FILES_FIRST, FILES_LAST = "one\n", "two\n"
+
+
+def _files_turn(outputs: list[str], scope: dict[str, Any], read: str, edit: str) -> Decision:
+    if not outputs:
+        return "tool", edit, {**scope, "edits": [{"path": "interop.txt", "content": FILES_FIRST}]}
+    if len(outputs) == 1:
+        if "created" not in outputs[0]:
+            return "text", f"MCP-FAIL: EditFiles did not create the file: {outputs[0][:300]}", {}
+        return "tool", read, {**scope, "paths": ["interop.txt"]}
+    if len(outputs) == 2:
+        revision = re.search(r"r1-[0-9a-f]{32}", outputs[1])
+        if revision is None:
+            return "text", f"MCP-FAIL: no revision in the ReadFiles result: {outputs[1][:300]}", {}
+        return "tool", edit, {**scope, "edits": [{
+            "path": "interop.txt", "revision": revision.group(0),
+            "blocks": [{"search": FILES_FIRST, "replace": FILES_LAST}]}]}
+    if "written" in outputs[2] and re.search(r"r1-[0-9a-f]{32}", outputs[2]):
+        return "text", ("MCP-OK tether-interop-42 came back through Tether; interop.txt created, "
+                        "read and edited against its revision."), {}
+    return "text", f"MCP-FAIL: the EditFiles against the revision said: {outputs[2][:300]}", {}
 
 
 class Models:

@@ -168,6 +168,11 @@ class GuardianPaths:
         """Private files the guardian writes for its shells (rc file, command files)."""
         return self.runtime / "scratch"
 
+    def temporary(self, thread_id: str) -> Path:
+        """A thread's managed temporary directory (``TETHER_TMP``, docs/tools.md#editfiles):
+        helpers that EditFiles writes and releases, and commands may use."""
+        return self.runtime / "tmp" / thread_id
+
 
 def guardian_paths(config: Config, principal: str, workspace_root: str) -> GuardianPaths:
     """Resolve and create (0700, owner-checked) the directories of one guardian."""

@@ -153,14 +153,16 @@ async def test_profiles_decide_listed_and_callable_tools(tether_env: Config, pri
     with http_server(principals) as url:
         async with http_client(url, ALICE) as alice:
             tools = {t.name: t for t in (await alice.list_tools()).tools}
-            assert sorted(tools) == ["Agent", "BashCommand", "Execution", "Initialize"]
+            assert sorted(tools) == ["Agent", "BashCommand", "EditFiles", "Execution",
+                                     "Initialize", "ReadFiles"]
             # The server tells the SDK there are no Mcp-Param headers to check: keep it true.
             assert "x-mcp-header" not in json.dumps([t.input_schema for t in tools.values()])
             hints = {name: (t.annotations.read_only_hint, t.annotations.destructive_hint,
                             t.annotations.open_world_hint)
                      for name, t in tools.items() if t.annotations and name != "Initialize"}
             assert hints == {"Execution": (True, False, False), "Agent": (False, True, True),
-                             "BashCommand": (False, True, True)}
+                             "BashCommand": (False, True, True),
+                             "ReadFiles": (True, False, False), "EditFiles": (False, True, False)}
         async with http_client(url, READER) as reader:
             assert sorted(t.name for t in (await reader.list_tools()).tools) == [
                 "Execution", "Initialize"]

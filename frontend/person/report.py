@@ -44,6 +44,9 @@ _KNOWN_SCHEMA_NAMES = frozenset(str(v) for v in KNOWN_USAGE_SCHEMAS)
 RECEIPT_FACTS = ("delivered", "activity_observed", "wait_reached", "input_sent")
 #: A Herdr prompt's submission as the usage log classifies it (``usage.herdr_submission``).
 HERDR_SUBMISSIONS = ("acknowledged", "uncertain", "not_sent", "unknown")
+#: ReadFiles request shapes (``read_request_schema``), summed like observe's items.
+READ_COUNTERS = ("read_whole_file_requests", "read_bounded_range_requests",
+                 "read_open_ended_range_requests")
 OBSERVE_COUNTERS = ("observe_requested_items", "observe_returned_items",
                     "observe_items_with_issues")
 
@@ -107,6 +110,10 @@ class Group:
     issue_codes: Counter[str] = field(default_factory=Counter)
     observe: dict[str, list[int]] = field(default_factory=dict)
     observe_unknown: Counter[str] = field(default_factory=Counter)
+    reads: dict[str, list[int]] = field(default_factory=dict)
+    reads_unknown: Counter[str] = field(default_factory=Counter)
+    #: temporary_over_budget as measured by the calls that looked (true/false/unknown)
+    temporary: Counter[str] = field(default_factory=Counter)
     receipts: dict[str, Counter[str]] = field(default_factory=dict)
     #: Approvals listed (a sum), and responses: stale, replayed and how they ended (counts).
     approvals: Counter[str] = field(default_factory=Counter)
@@ -137,6 +144,19 @@ class Group:
                     self.observe_unknown[name] += 1
                 else:
                     self.observe.setdefault(name, []).append(value)
+        if self.tool == "ReadFiles":
+            for name in READ_COUNTERS:
+                value = _count(event.get(name))
+                if value is None:
+                    self.reads_unknown[name] += 1
+                else:
+                    self.reads.setdefault(name, []).append(value)
+        if self.tool in ("ReadFiles", "EditFiles"):
+            over = event.get("temporary_over_budget")
+            if event.get("temporary_usage_schema") == 1 and isinstance(over, bool):
+                self.temporary[str(over).lower()] += 1
+            elif "temporary_usage_schema" in event:
+                self.temporary["unknown"] += 1
         if self.backend == "herdr":
             self._add_herdr(event)
         elif event.get("receipt_observed") is True or (self.tool == "Agent"
@@ -207,6 +227,16 @@ class Group:
                     "calls_unknown": self.observe_unknown[name],
                 } for name in OBSERVE_COUNTERS
             }
+        if self.tool == "ReadFiles":
+            data["reads"] = {
+                name.removeprefix("read_").removesuffix("_requests"): {
+                    "sum": sum(self.reads[name]) if name in self.reads else None,
+                    "calls_known": len(self.reads.get(name, [])),
+                    "calls_unknown": self.reads_unknown[name],
+                } for name in READ_COUNTERS
+            }
+        if self.temporary:
+            data["temporary_over_budget"] = dict(self.temporary)
         if self.receipts:
             data["receipts"] = {fact: dict(bucket) for fact, bucket in self.receipts.items()}
         if self.approvals:

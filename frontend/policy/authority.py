@@ -25,16 +25,21 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
 
 INITIALIZE, BASH, EXECUTION, AGENT = "Initialize", "BashCommand", "Execution", "Agent"
-ALL_TOOLS = (INITIALIZE, BASH, EXECUTION, AGENT)
+READ_FILES, EDIT_FILES = "ReadFiles", "EditFiles"
+ALL_TOOLS = (INITIALIZE, BASH, EXECUTION, AGENT, READ_FILES, EDIT_FILES)
+TERMINAL_TOOLS = (INITIALIZE, BASH, EXECUTION, AGENT)
 
-#: Tools each profile lists and lets its principal call. ``full``, ``coding`` and
-#: ``terminal`` differ only in name today (Tether has no file-editing tools yet).
+#: Tools each profile lists and lets its principal call. ``terminal`` is the terminals
+#: without the file tools; ``read-only`` reads execution records only (``allow_tools`` can
+#: add ReadFiles, never EditFiles: docs/security.md#profiles).
 PROFILES: dict[str, frozenset[str]] = {
     "full": frozenset(ALL_TOOLS),
     "coding": frozenset(ALL_TOOLS),
-    "terminal": frozenset(ALL_TOOLS),
+    "terminal": frozenset(TERMINAL_TOOLS),
     "read-only": frozenset({INITIALIZE, EXECUTION}),
 }
+#: Tools that change things: ``allow_tools`` never grants one beyond its profile.
+WRITING_TOOLS = (BASH, EDIT_FILES)
 
 AGENT_OBSERVE = frozenset({"list", "get", "read", "explain", "wait", "notifications",
                            "approvals"})
@@ -95,8 +100,9 @@ def tools_for(profile: str, allow_tools: list[str] | None) -> frozenset[str]:
     unknown = [t for t in allow_tools if t not in ALL_TOOLS]
     if unknown:
         raise ValueError(f"allow_tools names unknown tools {unknown}; tools: {', '.join(ALL_TOOLS)}")
-    if BASH in allow_tools and BASH not in PROFILES[profile]:
-        raise ValueError(f"allow_tools cannot grant {BASH} to profile {profile}")
+    for tool in WRITING_TOOLS:
+        if tool in allow_tools and tool not in PROFILES[profile]:
+            raise ValueError(f"allow_tools cannot grant {tool} to profile {profile}")
     return frozenset({INITIALIZE, *allow_tools})
 
 

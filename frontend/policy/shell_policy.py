@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass
 from typing import Any
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import ModeSpec
+from tether.shared.write_rules import glob_regex, write_refusal
 
 #: Targets a redirection may always write: they store nothing. (Not /dev/stdout or
 #: /dev/stderr: opening one reopens whatever fd 1 or 2 is, and `1<file >/dev/stdout`
@@ -81,13 +81,6 @@ READ_ONLY_GIT = frozenset({
 })
 #: Characters that make bash expand a command name into something else.
 _EXPANDING = re.compile(r"[*?\[\]{}~$`\\]")
-#: Where a path names another file in each process (``/proc/self``, ``/dev/fd``,
-#: ``/dev/stdout``), or no file at all (devices; bash's own ``/dev/tcp``).
-_PROCESS_DEPENDENT = ("/proc/", "/dev/")
-#: A path component no write glob matches: git's own directory (or file, in a worktree).
-_GIT_DIR = ".git"
-#: Symlinks followed in one path before giving up (the kernel's limit, ELOOP).
-_MAX_LINKS = 40
 #: Redirection operators that open a file for writing.
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 #: Commands that can move the shell's cwd (directly, or by running shell code).
@@ -241,7 +234,7 @@ class _Checker:
             if config.allowed_commands != "all":
                 self.allowed = frozenset(config.allowed_commands)
             if config.allowed_globs != "all":
-                self.globs = [_glob_regex(g, workspace_root) for g in config.allowed_globs]
+                self.globs = [glob_regex(g, workspace_root) for g in config.allowed_globs]
 
     def text(self, node: Any) -> str:
         start, end = node.pos
@@ -440,90 +433,11 @@ class _Checker:
             return
         if not target.word.startswith("/"):
             self.relative_writes.append(node)
-        # Symlinks resolved: one inside an allowed directory must not lead the write elsewhere.
-        written = os.path.join(self.cwd, target.word)
-        path = resolve_write_target(written)
-        if path is None:
-            self.refuse(node, "allowed_globs",
-                        f"`{target.word}` leads into /proc or /dev, where a path names another "
-                        "file in each process (/proc/self/cwd is the shell's directory, not "
-                        "the checker's); name a file in the workspace, or /dev/null")
-            return
-        if _GIT_DIR in written.split("/") or _GIT_DIR in path.split("/"):
-            # git runs what its config and hooks name: `pager = touch x` in .git/config ran
-            # at the next `git log`. No glob reaches there (`"all"` does, on purpose).
-            self.refuse(node, "allowed_globs",
-                        f"{path} is inside a .git directory (or is one), and git runs the "
-                        "programs its config and hooks name; write globs never match there, "
-                        "only allowed_globs \"all\" does")
-            return
-        if not any(glob.fullmatch(path) for glob in self.globs):
-            self.refuse(node, "allowed_globs",
-                        f"{path} matches none of allowed_globs")
-
-
-def resolve_write_target(path: str) -> str | None:
-    """The absolute ``path`` with its symlinks resolved, as the kernel would for any process;
-    None when it passes through /proc or /dev (except the final /dev/null), or loops.
-
-    Not ``os.path.realpath``: that resolves /proc/self, /proc/thread-self and /dev/fd
-    (through /dev/stdout, a symlink to /proc/self/fd/1) against the *checking* process, while
-    bash opens them in the shell, whose directory and descriptors are others.
-    """
-    pending = [part for part in reversed(path.split("/")) if part]
-    resolved, links = "/", 0
-    while pending:
-        part = pending.pop()
-        if part == ".":
-            continue
-        if part == "..":
-            resolved = os.path.dirname(resolved)
-            continue
-        candidate = os.path.join(resolved, part)
-        if candidate != "/dev/null" and candidate.startswith(_PROCESS_DEPENDENT):
-            return None
-        try:
-            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
-        except OSError:
-            is_link = False  # missing (or unreadable): the rest of the path is literal
-        if not is_link:
-            resolved = candidate
-            continue
-        links += 1
-        if links > _MAX_LINKS:
-            return None
-        try:
-            link = os.readlink(candidate)
-        except OSError:
-            return None  # it changed under the check
-        if link.startswith("/"):
-            resolved = "/"
-        pending.extend(part for part in reversed(link.split("/")) if part)
-    return resolved
-
-
-def _glob_regex(glob: str, workspace_root: str) -> re.Pattern[str]:
-    """A write glob as a regex over absolute paths: relative globs are under the workspace;
-    ``*`` and ``?`` stay inside one path component, ``**`` crosses them."""
-    absolute = glob if glob.startswith("/") else os.path.join(workspace_root, glob)
-    out, i = [], 0
-    while i < len(absolute):
-        if absolute.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif absolute.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif absolute[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif absolute[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(absolute[i]))
-            i += 1
-    return re.compile("".join(out))
+        # The same rule as EditFiles' (shared/write_rules): symlinks resolved, no .git.
+        detail = write_refusal(os.path.join(self.cwd, target.word), self.globs,
+                               shown=target.word)
+        if detail is not None:
+            self.refuse(node, "allowed_globs", detail)
 
 
 def _short(text: str, limit: int = 120) -> str:

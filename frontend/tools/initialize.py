@@ -117,6 +117,8 @@ async def _reply(session: Session, args: InitializeArgs, root: str,
         data["shell_running"] = thread["shell_running"]
     if thread.get("shell_replaced"):  # the shell was lost and replaced: never silently
         data["shell_replaced"] = thread["shell_replaced"]
+    if thread.get("temporary_dir"):  # TETHER_TMP of the thread's shell (protocol 1.9)
+        data["temporary_dir"] = thread["temporary_dir"]
     found = await _mode(session, root, data["thread_id"], handle, thread, requested)
     sandbox_text = ""
     if found is not None:

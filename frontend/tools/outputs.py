@@ -59,6 +59,8 @@ class InitializeData(TypedDict):
     orphans: NotRequired[list[Nested]]
     #: A reattach that found the thread's shell replaced without a reset (ShellReplaced).
     shell_replaced: NotRequired[Nested]
+    #: The thread's managed temporary directory (TETHER_TMP), from a guardian with ``files``.
+    temporary_dir: NotRequired[str]
 
 
 # -- BashCommand -------------------------------------------------------------------------------
@@ -191,6 +193,29 @@ class HerdrPromptData(TypedDict):
     agent: Nested
 
 
+# -- ReadFiles and EditFiles -------------------------------------------------------------------
+
+
+class ReadFilesData(TypedDict):
+    #: each {spec, ok, path, content?, start_line?, end_line?, total_lines?, revision?,
+    #: size_bytes?, invalid_utf8?, error?}, in request order
+    files: list[Nested]
+    temporary: NotRequired[Nested | None]
+
+
+class EditFilesData(TypedDict):
+    applied: bool
+    #: each {path, ok, action, revision?, previous_revision?, diff?, error?}
+    files: list[Nested]
+    temporary: NotRequired[Nested | None]
+
+
+class ReleaseData(TypedDict):
+    #: each {name, status: released | absent | kept | refused, reason?, pids?, error?}
+    helpers: list[Nested]
+    temporary: Nested
+
+
 def _field(name: str, annotation: Any) -> str:
     # Annotations are postponed (PEP 563): a TypedDict holds them as ForwardRefs of the text.
     annotation = getattr(annotation, "__forward_arg__", annotation)
@@ -235,9 +260,13 @@ SHAPES: dict[str, tuple[type, ...]] = {
     "Execution": (ListData, GetData, PageData, ObserveData, WaitData, ExplainData),
     "Agent": (ListData, GetData, PageData, ExplainData, WaitData, PromptData, HerdrListData,
               HerdrAgentData, HerdrReadData, HerdrExplainData, HerdrWaitData, HerdrPromptData),
+    "ReadFiles": (ReadFilesData,),
+    "EditFiles": (EditFilesData, ReleaseData),
 }
 
 INITIALIZE_OUTPUT = output_schema(*SHAPES["Initialize"])
 BASH_COMMAND_OUTPUT = output_schema(*SHAPES["BashCommand"])
 EXECUTION_OUTPUT = output_schema(*SHAPES["Execution"])
 AGENT_OUTPUT = output_schema(*SHAPES["Agent"])
+READ_FILES_OUTPUT = output_schema(*SHAPES["ReadFiles"])
+EDIT_FILES_OUTPUT = output_schema(*SHAPES["EditFiles"])

@@ -45,12 +45,15 @@ def ok(result: Result | dict[str, Any], text: str, *, status: str = "ok"
     )
 
 
-def issues(data: dict[str, Any], code: str, message: str) -> types.CallToolResult:
-    """Completed, but some items failed: the good ones are in ``data``."""
+def issues(data: dict[str, Any], code: str, message: str, *, text: str | None = None
+           ) -> types.CallToolResult:
+    """Completed, but some items failed: the good ones are in ``data`` (``text``: what a
+    person reads of it, else the data in short)."""
     content = {"ok": True, "status": "completed_with_issues", "code": code, "message": message,
                "data": data}
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{message}\n{_brief(data)}")],
+        content=[types.TextContent(type="text",
+                                   text=f"{message}\n{_brief(data) if text is None else text}")],
         structured_content=content,
         is_error=False,
     )

@@ -49,6 +49,7 @@ IMPLEMENTED = frozenset({
     Capability.MODE_SANDBOX, Capability.LINE_LIMITS, Capability.LIST_PAGES,
     Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG,
     Capability.APPROVALS,
+    Capability.FILES,
 })
 
 #: How often the guardian checks that its socket file is still its own.
@@ -128,6 +129,7 @@ class Guardian:
             clock=self.clock,
             base_env=process_env(),
             mode_sandbox=Capability.MODE_SANDBOX in self.capabilities,
+            files=Capability.FILES in self.capabilities,
             caps=RunningCaps(per_thread=self.config.max_running_per_thread,
                              per_guardian=self.config.max_running_per_guardian),
             sizes=OutputSizes(head=self.config.output_head_bytes,

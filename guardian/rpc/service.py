@@ -23,6 +23,7 @@ from tether.guardian.agents.watch import TurnWatch
 from tether.guardian.history.idempotency import IdempotencyLedger
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.eager import in_task
+from tether.guardian.runtime.file_desk import FileDesk
 from tether.guardian.runtime.mode_store import ThreadModes
 from tether.guardian.views.inspection import Inspector
 from tether.guardian.views.reads import History
@@ -180,7 +181,8 @@ class GuardianService:
                                  notifier=rt.notifier, clock=rt.clock, instance_id=instance_id,
                                  watch=watch, hook=self.hook)
         self.hook.kick()  # notices an earlier guardian wrote and never handed over
-        for side in (inspector, history, turns, desk, person, modes, approvals):
+        files = FileDesk(scope=rt.scope, threads=rt.threads, modes=modes)
+        for side in (inspector, history, turns, desk, person, modes, approvals, files):
             self._handlers.update(side.handlers())
         unknown = set(self._handlers) - set(METHODS)
         assert not unknown, f"handlers for methods the table does not declare: {unknown}"

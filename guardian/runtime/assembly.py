@@ -61,6 +61,7 @@ class Runtime:
         clock: Clock,
         base_env: dict[str, str],
         mode_sandbox: bool = True,
+        files: bool = True,
         caps: RunningCaps | None = None,
         sizes: OutputSizes | None = None,
     ) -> Runtime:
@@ -77,7 +78,7 @@ class Runtime:
                             spare=spare)
         threads = Threads(scope=scope, catalog=catalog, paths=paths, clock=clock,
                           finisher=finisher, notifier=notifier, base_env=base_env,
-                          mode_sandbox=mode_sandbox, caps=caps)
+                          mode_sandbox=mode_sandbox, caps=caps, files=files)
         launcher = Launcher(scope=scope, catalog=catalog, paths=paths, clock=clock,
                             instance_id=instance_id, live=live, threads=threads,
                             finisher=finisher, notifier=notifier, retention=retention,

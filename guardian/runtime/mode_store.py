@@ -99,6 +99,10 @@ class ThreadModes:
             {"mode": current.name, "input_sent": False},
         )
 
+    def current(self, thread_id: str) -> ModeSpec:
+        """The thread's mode now (what EditFiles is checked against, in the guardian)."""
+        return self._mode(thread_id)[0]
+
     def _mode(self, thread_id: str) -> tuple[ModeSpec, str]:
         """The thread's mode and its fingerprint (cached once the thread is known)."""
         known = self._known.get(thread_id)

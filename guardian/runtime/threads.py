@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 from tether.guardian.runtime import git_guard, kernel, sandbox
@@ -33,7 +34,7 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import DEFAULT_COLS, DEFAULT_ROWS
 from tether.protocol.methods import ResetShellParams, ThreadOpenParams
 from tether.shared.clock import Clock
-from tether.shared.paths import GuardianPaths
+from tether.shared.paths import GuardianPaths, ensure_private_dir
 from tether.shared.store.catalog import Catalog
 from tether.shared.store.rows import ThreadRow
 from tether.shared.store.store_errors import STORAGE_ERRORS
@@ -88,8 +89,12 @@ class Threads:
         base_env: dict[str, str],
         mode_sandbox: bool = True,
         caps: RunningCaps | None = None,
+        files: bool = True,
     ) -> None:
         self._scope = scope
+        #: Whether threads have managed temporary directories (``files``, protocol 1.9; an
+        #: older protocol emulated: no TETHER_TMP, no temporary_dir).
+        self.files = files
         self._caps = caps or RunningCaps()
         self._catalog = catalog
         self._paths = paths
@@ -143,6 +148,8 @@ class Threads:
             "generation": shell.generation,
             "cwd": shell.cwd,
         }
+        if self.files:
+            opened["temporary_dir"] = str(self._paths.temporary(thread["thread_id"]))
         if reattached and thread["thread_id"] in self._replaced:
             opened["shell_replaced"] = self._replaced[thread["thread_id"]]
         return opened
@@ -220,6 +227,8 @@ class Threads:
             TETHER_THREAD_ID=thread_id,
             TETHER_WORKSPACE=self._scope.workspace_root,
         )
+        if self.files:
+            env["TETHER_TMP"] = str(self.temporary_dir(thread_id))
         if execution_id is not None:
             env["TETHER_EXECUTION_ID"] = execution_id
         if sandboxed or architect:
@@ -230,6 +239,17 @@ class Threads:
                                             real_git)
                 env["PATH"] = f"{guarded}:{env.get('PATH', os.defpath)}"
         return env
+
+    def temporary_dir(self, thread_id: str) -> Path:
+        """The thread's managed temporary directory, made (0700) when it is not there."""
+        path = self._paths.temporary(thread_id)
+        if not path.is_dir():
+            ensure_private_dir(path, what="thread temporary dir")
+        return path
+
+    def temporary_path(self, thread_id: str) -> Path:
+        """Where the thread's managed temporary directory is (made or not)."""
+        return self._paths.temporary(thread_id)
 
     def architect(self, thread_id: str) -> bool:
         """Is this thread in architect mode (its shells and jobs read-only)?"""

@@ -105,6 +105,8 @@ class Inspector:
             "generation": shell.generation if shell is not None and running else (
                 thread["generation"] if thread else None),
             "cwd": shell.cwd if shell is not None and running else (thread["cwd"] if thread else None),
+            **({"temporary_dir": str(self._threads.temporary_path(params.thread_id))}
+               if params.thread_id and self._threads.files else {}),
         })
 
     async def list_records(self, request: Request, params: ExecListParams) -> ListResult:
