@@ -42,16 +42,11 @@ async def _fast_agent(client: Client, session: dict[str, Any], tmp_path: Path,
     return eid, done
 
 
-async def test_a_turn_between_cursor_and_wait_is_reported(
-    client: Client, workspace: Path, tmp_path: Path
-) -> None:
-    """Cursor, then a 15 ms turn that is over before the wait: the wait reports it, with the
-    states it went through, 100 times in 100."""
-    session = await initialize(client, workspace)
-    eid, done = await _fast_agent(client, session, tmp_path)
+async def _turns_missed(client: Client, session: dict[str, Any], eid: str, done: Path,
+                        runs: int) -> list[tuple[int, dict[str, Any]]]:
+    """As an orchestrator drives a fast agent: a cursor, a prompt, the turn over, then a wait
+    after the cursor. The turns whose wait did not report ``busy`` then ``awaiting_input``."""
     missed: list[tuple[int, dict[str, Any]]] = []
-    runs = 100
-    started = time.monotonic()
     for i in range(runs):
         first = (await agent(client, session, {"action": "wait", "target": eid,
                                                "events": ["awaiting_input", "busy"],
@@ -71,6 +66,19 @@ async def test_a_turn_between_cursor_and_wait_is_reported(
                                "changed": [{k: v for k, v in item.items() if k in (
                                    "fired", "transitions")} for item in waited["changed"]],
                                "current": waited["current"]}))
+    return missed
+
+
+async def test_a_turn_between_cursor_and_wait_is_reported(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    """Cursor, then a 15 ms turn that is over before the wait: the wait reports it, with the
+    states it went through, 100 times in 100."""
+    session = await initialize(client, workspace)
+    eid, done = await _fast_agent(client, session, tmp_path)
+    runs = 100
+    started = time.monotonic()
+    missed = await _turns_missed(client, session, eid, done, runs)
     elapsed = time.monotonic() - started
     assert not missed, f"{len(missed)} of {runs} turns not reported; first: {missed[0]}"
     assert _done(done) == [f"turn {i}" for i in range(runs)]
@@ -85,24 +93,8 @@ async def test_a_turn_drawn_in_one_write_is_still_two_frames(
     busy state and its end, 20 times in 20."""
     session = await initialize(client, workspace)
     eid, done = await _fast_agent(client, session, tmp_path, "0.015", "--one-write-turns")
-    missed: list[tuple[int, list[str], str]] = []
-    runs = 20
-    for i in range(runs):
-        first = (await agent(client, session, {"action": "wait", "target": eid,
-                                               "events": ["awaiting_input", "busy"],
-                                               "timeout_seconds": 0}))["data"]
-        await bash(client, session, {"type": "send_text", "execution_id": eid,
-                                     "text": f"turn {i}", "submit": True}, wait=0)
-        poll(functools.partial(_more_done_than, done, i), timeout=10, what=f"turn {i} to end")
-        waited = (await agent(client, session, {"action": "wait", "target": eid,
-                                                "after": first["cursor"],
-                                                "events": ["awaiting_input"],
-                                                "timeout_seconds": 5}))["data"]
-        states = [row["to_state"] for item in waited["changed"]
-                  for row in item.get("transitions", [])]
-        if waited["outcome"] != "changed" or states != ["busy", "awaiting_input"]:
-            missed.append((i, states, waited["outcome"]))
-    assert not missed, f"{len(missed)} of {runs} one-write turns not reported: {missed[:3]}"
+    missed = await _turns_missed(client, session, eid, done, 20)
+    assert not missed, f"{len(missed)} of 20 one-write turns not reported; first: {missed[0]}"
 
 
 async def test_a_receipt_is_complete_before_anyone_waits(
