@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("tether.frontend.person.doctor", "check versions, dirs, guardians and logs"),
     "report": ("tether.frontend.person.report", "summarise a usage log (TETHER_USAGE_LOG)"),
     "agents": ("tether.frontend.person.agents", "list, detach or archive a workspace's agents"),
+    "hosts": ("tether.frontend.person.hosts", "check, install on, or list hosts reached over SSH"),
+    "remote": ("tether.frontend.guardians.far_end", "(run over SSH by a front-end elsewhere)"),
 }
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from tether.frontend.guardians.lineage import Lineage
 from tether.frontend.guardians.locator import GuardianLocator
+from tether.frontend.guardians.ssh_target import RemoteWorkspace, is_remote
 from tether.frontend.policy.authority import LOCAL, Caller
 from tether.protocol.methods import ModeSpec
 from tether.protocol.versions import Capability
@@ -66,7 +67,12 @@ class Session:
     def workspace(self, workspace_root: str) -> str:
         """The canonical workspace root, refused when it is too broad or outside the caller's
         ``workspaces`` (``workspace_denied``), before anything starts."""
-        root = refuse_broad_workspace(canonical_workspace(workspace_root), self.locator.config)
+        if is_remote(workspace_root):
+            # On another host: the host makes the path canonical and refuses a broad one.
+            root = RemoteWorkspace.parse(workspace_root).url
+        else:
+            root = refuse_broad_workspace(canonical_workspace(workspace_root),
+                                          self.locator.config)
         self.caller.check_workspace(root)
         return root
 
