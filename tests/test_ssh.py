@@ -31,7 +31,8 @@ from tests.mcp_helpers import (
     run,
 )
 from tests.ssh_host import SshHost
-from tether.frontend.guardians.ssh_target import RemoteWorkspace, SshHost as Target
+from tether.frontend.guardians.ssh_target import RemoteWorkspace
+from tether.frontend.guardians.ssh_target import SshHost as Target
 from tether.protocol.errors import TetherError
 from tether.shared.config import Config
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
