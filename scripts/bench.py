@@ -665,8 +665,9 @@ async def ssh_echo(rounds: int, base: Path) -> dict[str, Any]:
     try:
         async with Client(_serve_params()) as client:
             local = await _session(client, base / "ws")
-            remote = await _session(client, Path(host.url(remote_ws)))
-            assert remote["workspace_root"].startswith("ssh://"), remote
+            opened = await client.call_tool("Initialize", {"workspace_root": host.url(remote_ws)})
+            assert opened.structured_content and opened.structured_content["ok"], opened
+            remote: dict[str, Any] = opened.structured_content["data"]
 
             def echo_of(session: dict[str, Any]) -> Callable[[], Any]:
                 args = {"thread_id": session["thread_id"],

@@ -104,7 +104,9 @@ async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config
                                            tmp_path: Path) -> None:
     root = remote_workspace(ssh_host)
     url = ssh_host.url(root)
-    async with Client(stdio_params()) as client:
+    client = Client(stdio_params())
+    await client.__aenter__()
+    try:
         session = await initialize_remote(client, url)
         assert session["workspace_root"] == url
         # The guardian runs on the "remote" side: its files are there, none are here.
@@ -190,6 +192,21 @@ async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config
         assert "echo never-typed" not in commands
         (still,) = remote_guardians(ssh_host)
         assert still["instance_id"] == info["instance_id"]
+        await run(client, session, "KEPT=over-$((20+2))")
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            await client.__aexit__(None, None, None)
+        raise
+
+    # The local front-end and the SSH link die together: a new front-end reattaches to the
+    # thread on the host, with its cwd and variables.
+    await kill_front_end(client, tether_env)
+    kill_masters(ssh_host, tether_env)
+    async with Client(stdio_params()) as second:
+        again = await initialize_remote(second, url, session["thread_id"])
+        assert again["guardian"]["instance_id"] == info["instance_id"]
+        out = await run(second, again, 'echo "$PWD $KEPT $LEFT"')
+        assert out["output"].strip() == f"{root / 'sub'} over-22 42"
 
 
 async def apoll_async(check: Any, what: str, timeout: float = 15.0) -> None:
@@ -199,46 +216,22 @@ async def apoll_async(check: Any, what: str, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_new_front_end_reattaches_after_front_end_and_link_die(
-        ssh_host: SshHost, tether_env: Config) -> None:
-    root = remote_workspace(ssh_host)
-    first = Client(stdio_params())
-    await first.__aenter__()
-    session = await initialize_remote(first, ssh_host.url(root))
-    await run(first, session, "cd sub")
-    await run(first, session, "KEPT=over-$((20+2))")
-    await kill_front_end(first, tether_env)
-    kill_masters(ssh_host, tether_env)
-
-    async with Client(stdio_params()) as second:
-        again = await initialize_remote(second, ssh_host.url(root), session["thread_id"])
-        assert again["guardian"]["instance_id"] == session["guardian"]["instance_id"]
-        out = await run(second, again, 'echo "$PWD $KEPT"')
-        assert out["output"].strip() == f"{root / 'sub'} over-22"
-
-
-async def test_unreachable_host_and_a_broad_remote_root(ssh_host: SshHost, tether_env: Config,
-                                                   tmp_path: Path) -> None:
-    root = remote_workspace(ssh_host)
-    async with Client(stdio_params()) as client:
-        down = f"{ssh_host.alias}-down"
-        nowhere = await call_error(client, "Initialize", {
-            "type": "first_call", "workspace_root": f"ssh://{down}{root}"})
-        assert nowhere["code"] == "host_unreachable", nowhere
-        assert nowhere["data"]["host"] == down and down in nowhere["message"]
-        assert nowhere["data"]["input_sent"] is False
-        assert "refused" in nowhere["data"]["ssh_error"].lower(), nowhere
-        broad = await call_error(client, "Initialize", {
-            "type": "first_call", "workspace_root": ssh_host.url(ssh_host.remote_home)})
-        assert broad["code"] == "workspace_too_broad", broad  # the host's own home
-    assert not remote_guardians(ssh_host)
-
-
 def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config) -> None:
     root = remote_workspace(ssh_host)
 
     async def open_one() -> None:
         async with Client(stdio_params()) as client:
+            down = f"{ssh_host.alias}-down"
+            nowhere = await call_error(client, "Initialize", {
+                "type": "first_call", "workspace_root": f"ssh://{down}{root}"})
+            assert nowhere["code"] == "host_unreachable", nowhere
+            assert nowhere["data"]["host"] == down and down in nowhere["message"]
+            assert nowhere["data"]["input_sent"] is False
+            assert "refused" in nowhere["data"]["ssh_error"].lower(), nowhere
+            broad = await call_error(client, "Initialize", {
+                "type": "first_call", "workspace_root": ssh_host.url(ssh_host.remote_home)})
+            assert broad["code"] == "workspace_too_broad", broad  # the host's own home
+            assert not remote_guardians(ssh_host)
             session = await initialize_remote(client, ssh_host.url(root))
             await run(client, session, "echo from-the-host")
 
