@@ -159,12 +159,19 @@ async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config
 
         # The master connection dies mid-command: the call's answer is lost (delivery
         # unknown, never typed again); the command runs on and its true end is seen next.
-        pending = asyncio.ensure_future(bash(client, session, {
-            "type": "command", "command": "sleep 1; (exit 7)"}, wait=10))
+        pending = asyncio.ensure_future(client.call_tool("BashCommand", {
+            "thread_id": session["thread_id"], "workspace_root": url, "wait_for_seconds": 10,
+            "action_json": {"type": "command", "command": "sleep 1; (exit 7)"}}))
         await asyncio.sleep(0.4)
         kill_masters(ssh_host, tether_env)
-        with contextlib.suppress(AssertionError):
-            await pending  # replayed with its first outcome, or delivery_unknown
+        lost = await pending
+        said = lost.structured_content
+        assert said is not None
+        if lost.is_error:  # the repeat met the first delivery still under way
+            assert said["code"] == "delivery_unknown", said
+            assert said["data"]["input_sent"] == "unknown" and said["data"]["host"] == "tether-test"
+        else:  # repeated with the same key: the first delivery's outcome, waited on to its end
+            assert said["data"]["exit_code"] == 7, said
         ended = await bash(client, session, {"type": "status_check"}, wait=10)
         assert (ended["status"], ended["exit_code"]) == ("exited", 7), ended
         again = [r for r in (await execution(client, session, {"type": "list"}))["data"][
