@@ -31,6 +31,7 @@ from tests.mcp_helpers import (
     run,
 )
 from tests.ssh_host import SshHost
+from tether.frontend.guardians.ssh_link import SshSettings
 from tether.frontend.guardians.ssh_target import RemoteWorkspace
 from tether.frontend.guardians.ssh_target import SshHost as Target
 from tether.protocol.errors import TetherError
@@ -98,6 +99,20 @@ def test_ssh_urls_are_parsed_and_checked() -> None:
             RemoteWorkspace.parse(bad)
         assert refused.value.code == "invalid_request", bad
         assert refused.value.data["input_sent"] is False
+
+
+def test_ssh_settings_come_from_the_environment(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts."build-box"]\ntether = "/opt/tether/bin/tether"\n')
+    settings = SshSettings.from_env({"TETHER_HOSTS_FILE": str(hosts), "TETHER_SSH": "/x/ssh",
+                                     "TETHER_SSH_IDLE_S": "30"})
+    assert (settings.program, settings.idle_s) == ("/x/ssh", 30)
+    assert settings.tether_paths == {"build-box": "/opt/tether/bin/tether"}
+    for bad in ("0", "soon"):
+        with pytest.raises(TetherError) as refused:
+            SshSettings.from_env({"TETHER_SSH_IDLE_S": bad, "HOME": str(tmp_path)})
+        assert refused.value.code == "config_invalid" and "TETHER_SSH_IDLE_S" in \
+            refused.value.message
 
 
 async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config,
