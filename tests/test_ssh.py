@@ -225,9 +225,9 @@ async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config
     await kill_front_end(client, tether_env)
     kill_masters(ssh_host, tether_env)
     async with Client(stdio_params()) as second:
-        again = await initialize_remote(second, url, session["thread_id"])
-        assert again["guardian"]["instance_id"] == info["instance_id"]
-        out = await run(second, again, 'echo "$PWD $KEPT $LEFT"')
+        reattached = await initialize_remote(second, url, session["thread_id"])
+        assert reattached["guardian"]["instance_id"] == info["instance_id"]
+        out = await run(second, reattached, 'echo "$PWD $KEPT $LEFT"')
         assert out["output"].strip() == f"{root / 'sub'} over-22 42"
 
 
