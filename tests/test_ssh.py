@@ -26,6 +26,7 @@ from tests.mcp_helpers import (
     call,
     call_error,
     execution,
+    initialize,
     kill_front_end,
     prompt_log,
     run,
@@ -238,7 +239,8 @@ async def apoll_async(check: Any, what: str, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config) -> None:
+def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config,
+                                         workspace: Path) -> None:
     root = remote_workspace(ssh_host)
 
     async def open_one() -> None:
@@ -256,6 +258,27 @@ def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config) 
             assert not remote_guardians(ssh_host)
             session = await initialize_remote(client, ssh_host.url(root))
             await run(client, session, "echo from-the-host")
+            here = await initialize(client, workspace)
+            parent = (await agent(client, here, {"action": "launch", "provider": "command",
+                                                 "argv": ["sleep", "60"]}))["data"]["agent"]
+
+        # A front-end inside that agent launches a child on the host; archiving the parent
+        # here detaches the child there (a child elsewhere is never archived with it).
+        inside = {"TETHER_EXECUTION_ID": parent["execution_id"],
+                  "TETHER_WORKSPACE": str(workspace)}
+        async with Client(stdio_params(inside)) as client:
+            there = await initialize_remote(client, ssh_host.url(root))
+            child = (await agent(client, there, {"action": "launch", "provider": "command",
+                                                 "argv": ["sleep", "60"]}))["data"]["agent"]
+            assert child["parent_execution_id"] == parent["execution_id"]
+            here = await initialize(client, workspace)
+            archived = (await agent(client, here, {"action": "archive",
+                                                   "target": parent["execution_id"]}))["data"]
+            assert archived["archived"] == [parent["execution_id"]]
+            assert archived["detached"] == [child["execution_id"]], archived
+            kept = (await agent(client, there, {"action": "get",
+                                                "target": child["execution_id"]}))["data"]
+            assert kept["agent"]["archived_at"] is None, kept
 
     asyncio.run(open_one())
     env = dict(os.environ)
@@ -275,12 +298,13 @@ def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config) 
     assert "echo from-the-host" in on_host.stdout and str(root) in on_host.stdout
     everywhere = subprocess.run([TETHER, "ls", "--all-hosts", "--json"], env=env,
                                 capture_output=True, text=True, timeout=60)
-    items = json.loads(everywhere.stdout)
-    assert [i["guardian"]["workspace_root"] for i in items] == [ssh_host.url(root)]
-    commands = [r["command"] for r in items[0]["executions"]]
+    items = json.loads(everywhere.stdout)  # this machine's first, then each host's
+    assert [i["guardian"]["workspace_root"] for i in items] == [str(workspace),
+                                                                ssh_host.url(root)]
+    commands = [r["command"] for r in items[1]["executions"]]
     assert "echo from-the-host" in commands
 
-    eid = items[0]["executions"][0]["execution_id"]
+    eid = items[1]["executions"][0]["execution_id"]
     shown = subprocess.run([TETHER, "show", eid, "--host", ssh_host.alias, "--json"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr

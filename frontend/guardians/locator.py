@@ -404,6 +404,11 @@ class GuardianLocator:
                     key=params.get("idempotency_key")) from None
             raise  # the guardian's own answer to the repeat (a refusal that typed nothing)
 
+    def remote_roots(self) -> list[str]:
+        """The ``ssh://`` workspaces this locator is connected to now (docs/hosts.md#a-fleet-seen-as-one)."""
+        return [root for root, handle in self._handles.items()
+                if is_remote(root) and handle.alive()]
+
     def forget(self, workspace_root: str) -> None:
         handle = self._handles.pop(workspace_root, None)
         if handle is not None:
