@@ -689,6 +689,7 @@ async def ssh_echo(rounds: int, base: Path) -> dict[str, Any]:
             for _ in range(rounds):
                 over_local += await _roundtrips(local_echo, 1)
                 over_ssh += await _roundtrips(remote_echo, 1)
+        rpc_local, rpc_ssh = await _hello_pairs(base / "ws", host.url(remote_ws), rounds * 5)
         _kill_ssh_masters(runtime)
         async with Client(_serve_params()) as client:
             start = time.perf_counter()
@@ -708,7 +709,31 @@ async def ssh_echo(rounds: int, base: Path) -> dict[str, Any]:
         host.stop()
         stop_guardians(host.remote_runtime)
     return {"local": over_local, "ssh": over_ssh, "warm_guardian": warm_guardian,
-            "cold_guardian": cold_guardian}
+            "cold_guardian": cold_guardian, "rpc_local": rpc_local, "rpc_ssh": rpc_ssh}
+
+
+async def _hello_pairs(local: Path, remote: str, rounds: int) -> tuple[list[float], list[float]]:
+    """``hello`` to the local guardian and to the one behind the SSH forward, in turn: the
+    link's own cost, without the MCP transport around it."""
+    from tether.frontend.guardians.locator import GuardianLocator
+    from tether.protocol.method_table import HELLO
+    from tether.shared.paths import canonical_workspace
+
+    locator = GuardianLocator(Config.from_env())
+    try:
+        near = await locator.handle(canonical_workspace(str(local)))
+        far = await locator.handle(remote)
+        params = {"client_min": [1, 0], "client_max": [near.version.major, near.version.minor]}
+        for handle in (near, far):
+            await _roundtrips(lambda h=handle: h.call(HELLO, params, timeout_s=5), 20)
+        over_local: list[float] = []
+        over_ssh: list[float] = []
+        for _ in range(rounds):
+            over_local += await _roundtrips(lambda: near.call(HELLO, params, timeout_s=5), 1)
+            over_ssh += await _roundtrips(lambda: far.call(HELLO, params, timeout_s=5), 1)
+    finally:
+        locator.close()
+    return over_local, over_ssh
 
 
 def bench_ssh(run: Run) -> None:
@@ -717,6 +742,9 @@ def bench_ssh(run: Run) -> None:
     print(f"[ssh] BashCommand echo over stdio: ssh://localhost p50 {s50:.2f} ms  p95 "
           f"{_ms(found['ssh'], .95):.2f} ms; local p50 {l50:.2f} ms; ssh - local "
           f"{s50 - l50:+.2f} ms (target <= +1.5 ms)")
+    r50, q50 = _ms(found["rpc_local"], .5), _ms(found["rpc_ssh"], .5)
+    print(f"[ssh] guardian RPC round trip (hello): over the SSH forward p50 {q50:.3f} ms, "
+          f"local p50 {r50:.3f} ms; the link adds {q50 - r50:+.3f} ms")
     print(f"[ssh] first call over a cold host connection (new front-end, no master): "
           f"{found['warm_guardian'] * 1000:.0f} ms with the guardian running there, "
           f"{found['cold_guardian'] * 1000:.0f} ms starting it too")

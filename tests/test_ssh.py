@@ -32,6 +32,7 @@ from tests.mcp_helpers import (
     run,
 )
 from tests.ssh_host import SshHost
+from tether.frontend.guardians.health import restart_command
 from tether.frontend.guardians.ssh_link import SshSettings
 from tether.frontend.guardians.ssh_target import RemoteWorkspace
 from tether.frontend.guardians.ssh_target import SshHost as Target
@@ -94,6 +95,8 @@ def test_ssh_urls_are_parsed_and_checked() -> None:
     assert parsed.host == Target(host="build-box", user="me", port=2222)
     assert parsed.path == "/srv/app" and parsed.url == "ssh://me@build-box:2222/srv/app"
     assert RemoteWorkspace.parse("ssh://[::1]/x").host.destination() == ["::1"]
+    assert restart_command("ssh://me@box:2222/srv/app") == (
+        "tether guardians restart --host me@box:2222 --workspace /srv/app --yes")
     for bad in ("ssh://-oProxyCommand=x/tmp", "ssh://host", "ssh://host:0/x", "ssh://a b/x",
                 "ssh://u;rm@host/x", "ssh:///x"):
         with pytest.raises(TetherError) as refused:
