@@ -252,6 +252,9 @@ class SshLink:
                 subprocess.run, argv, input=stdin, capture_output=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise unreachable(self.host, what, f"no answer within {timeout_s:g}s") from None
+        except OSError as exc:
+            raise unreachable(self.host, what,
+                              f"cannot run {self.settings.program}: {exc.strerror}") from None
 
     def tether_argv(self, args: list[str]) -> list[str]:
         """The host's argv that runs its ``tether`` with ``args`` (:data:`FIND_AND_RUN`)."""
@@ -318,6 +321,9 @@ class SshLink:
             raise unreachable(self.host, "forward",
                               f"the master did not add the forward within "
                               f"{FORWARD_TIMEOUT_S:g}s") from None
+        except OSError as exc:
+            raise unreachable(self.host, "forward",
+                              f"cannot run {self.settings.program}: {exc.strerror}") from None
         if done.returncode != 0:
             raise unreachable(self.host, "forward", done.stderr.decode(errors="replace"))
         self._forwards[str(local)] = remote
