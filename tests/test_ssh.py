@@ -36,6 +36,7 @@ from tether.frontend.guardians.health import restart_command
 from tether.frontend.guardians.ssh_link import SshSettings
 from tether.frontend.guardians.ssh_target import RemoteWorkspace
 from tether.frontend.guardians.ssh_target import SshHost as Target
+from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.errors import TetherError
 from tether.shared.config import Config
 
@@ -117,6 +118,17 @@ def test_ssh_settings_come_from_the_environment(tmp_path: Path) -> None:
             SshSettings.from_env({"TETHER_SSH_IDLE_S": bad, "HOME": str(tmp_path)})
         assert refused.value.code == "config_invalid" and "TETHER_SSH_IDLE_S" in \
             refused.value.message
+
+
+async def test_a_missing_ssh_program_is_host_unreachable(
+        tether_env: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_SSH", str(tether_env.state_home / "no-ssh-here"))
+    async with Client(build_server(Config.from_env())) as client:
+        refused = await call_error(client, "Initialize", {
+            "type": "first_call", "workspace_root": "ssh://build-box/srv/app"})
+    assert refused["code"] == "host_unreachable", refused
+    assert refused["data"]["input_sent"] is False and refused["data"]["host"] == "build-box"
+    assert "cannot run" in refused["data"]["ssh_error"]
 
 
 async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config,
