@@ -273,6 +273,13 @@ def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config,
             assert not remote_guardians(ssh_host)
             session = await initialize_remote(client, ssh_host.url(root))
             await run(client, session, "echo from-the-host")
+            # The same path here is another workspace: its own guardian, threads, records.
+            same_path = await initialize(client, root)
+            assert same_path["guardian"]["instance_id"] != session["guardian"]["instance_id"]
+            crossed = await call_error(client, "BashCommand", {
+                "thread_id": session["thread_id"], "workspace_root": str(root),
+                "action_json": {"type": "command", "command": "echo crossed"}})
+            assert crossed["code"] == "session_mismatch", crossed
             here = await initialize(client, workspace)
             parent = (await agent(client, here, {"action": "launch", "provider": "command",
                                                  "argv": ["sleep", "60"]}))["data"]["agent"]
@@ -314,12 +321,13 @@ def test_hosts_check_and_ls_across_hosts(ssh_host: SshHost, tether_env: Config,
     everywhere = subprocess.run([TETHER, "ls", "--all-hosts", "--json"], env=env,
                                 capture_output=True, text=True, timeout=60)
     items = json.loads(everywhere.stdout)  # this machine's first, then each host's
-    assert [i["guardian"]["workspace_root"] for i in items] == [str(workspace),
-                                                                ssh_host.url(root)]
-    commands = [r["command"] for r in items[1]["executions"]]
+    assert sorted(i["guardian"]["workspace_root"] for i in items) == sorted(
+        [str(workspace), str(root), ssh_host.url(root)])
+    (on_the_host,) = [i for i in items if i["guardian"]["workspace_root"] == ssh_host.url(root)]
+    commands = [r["command"] for r in on_the_host["executions"]]
     assert "echo from-the-host" in commands
 
-    eid = items[1]["executions"][0]["execution_id"]
+    eid = on_the_host["executions"][0]["execution_id"]
     shown = subprocess.run([TETHER, "show", eid, "--host", ssh_host.alias, "--json"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
