@@ -14,6 +14,7 @@ link back and finds the same guardian.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tether.frontend.guardians.locator import (
@@ -29,7 +30,10 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import Method
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
-from tether.shared.paths import GuardianPaths
+from tether.shared.paths import GuardianPaths, write_private_file
+
+#: In a remote workspace's local runtime dir: which workspace and host its socket forwards to.
+REMOTE_NOTE = "remote.json"
 
 #: Params that name the calling workspace: rewritten to the path on the host, which is the
 #: guardian's own name for its workspace.
@@ -145,6 +149,9 @@ class RemoteGuardians:
             raise TetherError(ErrorCode.INTERNAL, f"the guardian on {target.host.name} "
                               f"announced an endpoint that cannot be forwarded: {endpoint!r}")
         await link.forward(paths.socket, endpoint[len("ipc://"):])
+        # Says what this socket is (a forward, not a guardian's own): for `tether doctor`.
+        write_private_file(paths.runtime / REMOTE_NOTE, json.dumps(
+            {"workspace_root": target.url, "host": target.host.name}).encode(), durable=False)
         client = new_client(info, f"ipc://{paths.socket}")
         try:
             greeting = await handshake(client, info, target.url)

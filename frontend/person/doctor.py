@@ -140,6 +140,17 @@ class Doctor:
                      "not announced itself (still starting, or stuck)",
                      f"kill {' '.join(map(str, holders))}  # if it stays like this")
         sock = key_dir / "rpc.sock"
+        note = key_dir / "remote.json"  # the forward of a guardian on another host
+        if note.exists():
+            try:
+                remote = json.loads(note.read_text())
+            except (OSError, ValueError):
+                remote = {}
+            self.add("info", f"{sock} forwards to the guardian of "
+                     f"{remote.get('workspace_root', '?')} on host {remote.get('host', '?')} "
+                     f"(over SSH; `tether doctor --host {remote.get('host', 'HOST')}` checks "
+                     "it there)")
+            return
         if sock.exists() and not holders:
             self.add("info", f"stale socket {sock} of a stopped guardian (harmless; the next "
                      "guardian replaces it)", f"rm {sock}")
