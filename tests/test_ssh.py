@@ -30,15 +30,17 @@ from tests.mcp_helpers import (
     kill_front_end,
     prompt_log,
     run,
+    write_principals,
 )
 from tests.ssh_host import SshHost
 from tether.frontend.guardians.health import restart_command
 from tether.frontend.guardians.ssh_link import SshSettings
-from tether.frontend.guardians.ssh_target import RemoteWorkspace
-from tether.frontend.guardians.ssh_target import SshHost as Target
+from tether.frontend.policy.principals import load_principals
 from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.errors import TetherError
 from tether.shared.config import Config
+from tether.shared.ssh_target import RemoteWorkspace
+from tether.shared.ssh_target import SshHost as Target
 
 pytestmark = pytest.mark.anyio
 
@@ -118,6 +120,18 @@ def test_ssh_settings_come_from_the_environment(tmp_path: Path) -> None:
             SshSettings.from_env({"TETHER_SSH_IDLE_S": bad, "HOME": str(tmp_path)})
         assert refused.value.code == "config_invalid" and "TETHER_SSH_IDLE_S" in \
             refused.value.message
+
+
+def test_a_principal_may_be_given_workspaces_on_a_host(tmp_path: Path) -> None:
+    path = write_principals(tmp_path / "principals.toml", [{
+        "id": "ci", "token": "t" * 32, "profile": "full",
+        "workspaces": ["ssh://build-box/srv/./ci/"]}])
+    caller = load_principals(path).callers()["ci"]
+    caller.check_workspace("ssh://build-box/srv/ci/app")
+    for elsewhere in ("ssh://build-box/srv/other", "ssh://other-box/srv/ci/app", "/srv/ci/app"):
+        with pytest.raises(TetherError) as denied:
+            caller.check_workspace(elsewhere)
+        assert denied.value.code == "workspace_denied", elsewhere
 
 
 async def test_a_missing_ssh_program_is_host_unreachable(

@@ -15,9 +15,9 @@ from typing import Any
 
 import psutil
 
-from tether.frontend.guardians.ssh_target import RemoteWorkspace, is_remote
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.paths import GuardianPaths
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 
 
 def restart_command(workspace_root: str, principal: str = "local") -> str:

@@ -30,7 +30,6 @@ from pydantic import ValidationError
 
 from tether.frontend import usage
 from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
-from tether.frontend.guardians.ssh_target import RemoteWorkspace, is_remote
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
 from tether.protocol.method_table import HELLO, Method
@@ -41,6 +40,7 @@ from tether.protocol.versions import MAJOR, Capability, Version, known_minor_ver
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, guardian_paths
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 from tether.shared.store.rows import PeekedThread
 from tether.shared.store.store_errors import StoreError
 from tether.shared.store.view import peek_thread

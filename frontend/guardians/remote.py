@@ -25,12 +25,12 @@ from tether.frontend.guardians.locator import (
     new_client,
 )
 from tether.frontend.guardians.ssh_link import SshLink, SshSettings, unreachable
-from tether.frontend.guardians.ssh_target import RemoteWorkspace, SshHost
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import Method
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, write_private_file
+from tether.shared.ssh_target import RemoteWorkspace, SshHost
 
 #: In a remote workspace's local runtime dir: which workspace and host its socket forwards to.
 REMOTE_NOTE = "remote.json"

@@ -26,10 +26,10 @@ from typing import Any
 
 import filelock
 
-from tether.frontend.guardians.ssh_target import SshHost
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
 from tether.shared.paths import MAX_IPC_PATH_BYTES, ensure_private_dir, write_private_file
+from tether.shared.ssh_target import SshHost
 
 #: Seconds to reach a host and authenticate (ssh's ConnectTimeout, plus this side's slack).
 CONNECT_TIMEOUT_S = 10.0

@@ -25,11 +25,11 @@ from tether.frontend.guardians.ssh_link import (
     SshSettings,
     known_hosts,
 )
-from tether.frontend.guardians.ssh_target import SshHost
 from tether.frontend.person.connect import run_cli
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
 from tether.shared.console import version
+from tether.shared.ssh_target import SshHost
 
 #: Seconds ``tether hosts install`` gives the host to build its venv (pip fetches packages).
 INSTALL_TIMEOUT_S = 900.0

@@ -13,11 +13,11 @@ from pydantic import BaseModel
 
 from tether.frontend.guardians.lineage import Lineage
 from tether.frontend.guardians.locator import GuardianLocator
-from tether.frontend.guardians.ssh_target import RemoteWorkspace, is_remote
 from tether.frontend.policy.authority import LOCAL, Caller
 from tether.protocol.methods import ModeSpec
 from tether.protocol.versions import Capability
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
