@@ -223,6 +223,17 @@ async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config
             "executions"] if r["command"] == "sleep 1; (exit 7)"]
         assert len(again) == 1
 
+        # A read waiting when the link drops is asked again on the new one, unseen.
+        late = await bash(client, session, {"type": "command", "is_background": True,
+                                            "command": "sleep 1; echo late"})
+        waiting = asyncio.ensure_future(bash(client, session, {
+            "type": "status_check", "execution_id": late["execution_id"]}, wait=10))
+        await asyncio.sleep(0.4)
+        kill_masters(ssh_host, tether_env)
+        seen = await waiting
+        assert (seen["status"], seen["exit_code"]) == ("exited", 0), seen
+        assert "late" in seen["output"]
+
         # The host goes away: calls are host_unreachable, naming it and ssh's error.
         ssh_host.stop()
         args = {"thread_id": session["thread_id"], "workspace_root": url,
