@@ -173,15 +173,19 @@ class SshLink:
     def _ensure(self) -> None:
         lock = filelock.FileLock(str(self.dir / f"{self.host.key}.lock"), mode=0o600,
                                  timeout=CONNECT_TIMEOUT_S + FORWARD_TIMEOUT_S)
-        with lock:
-            pid = self._check()
-            if pid is None:
-                self._start()
+        try:
+            with lock:
                 pid = self._check()
                 if pid is None:
-                    raise unreachable(self.host, "connect",
-                                      "the master connection ended as soon as it started")
-            self._watch(pid)
+                    self._start()
+                    pid = self._check()
+                    if pid is None:
+                        raise unreachable(self.host, "connect",
+                                          "the master connection ended as soon as it started")
+                self._watch(pid)
+        except filelock.Timeout:
+            raise unreachable(self.host, "connect", "another front-end has been connecting to "
+                              f"it for over {lock.timeout:g}s") from None
         remember_host(self.state_home, self.host)
 
     def _start(self) -> None:
