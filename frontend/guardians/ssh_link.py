@@ -38,7 +38,7 @@ BOOTSTRAP_TIMEOUT_S = 30.0
 #: Seconds for the master to add a socket forward, or answer a check.
 FORWARD_TIMEOUT_S = 5.0
 #: A master with nothing open ends after this long (TETHER_SSH_IDLE_S).
-DEFAULT_IDLE_S = 600
+DEFAULT_SSH_IDLE_S = 600
 #: How the far end's answer is told from whatever a login prints around it.
 MARKER = "TETHER-REMOTE "
 #: Where ``tether hosts install`` puts Tether on a host (under its home directory).
@@ -77,7 +77,7 @@ class SshSettings:
         program = env.get("TETHER_SSH") or shutil.which("ssh") or "ssh"
         raw = env.get("TETHER_SSH_IDLE_S", "").strip()
         try:
-            idle = int(raw) if raw else DEFAULT_IDLE_S
+            idle = int(raw) if raw else DEFAULT_SSH_IDLE_S
         except ValueError:
             raise TetherError(ErrorCode.CONFIG_INVALID,
                               f"TETHER_SSH_IDLE_S must be a whole number of seconds, got {raw!r}"
