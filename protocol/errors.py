@@ -42,6 +42,9 @@ class ErrorCode(StrEnum):
     # A guardian that is alive (identity checked) but does not answer: stopped, overloaded.
     GUARDIAN_UNRESPONSIVE = "guardian_unresponsive"
     RUNTIME_DIR_UNSAFE = "runtime_dir_unsafe"
+    # An ssh:// workspace's host could not be reached (connect, bootstrap or forward failed):
+    # ``data.host`` names it and ``data.ssh_error`` is ssh's own word; nothing was sent.
+    HOST_UNREACHABLE = "host_unreachable"
     # Sessions and executions
     SESSION_MISMATCH = "session_mismatch"
     # "/", the home directory or one of its ancestors, unless the operator allows it.

@@ -86,6 +86,7 @@ class GuardianClient:
         self._prefix = os.urandom(6).hex()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._monitor: zmq.Socket[Any] | None = None
 
     async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
         """Send one request and return its result; raise :class:`TetherError` on error.
@@ -214,10 +215,52 @@ class GuardianClient:
             if not future.done():
                 future.set_exception(error())
 
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` from the running loop each time the connection to the peer
+        drops (a socket forwarded over SSH whose link went away: the guardian behind it may
+        be fine, but no reply to what was sent can come back on that connection).
+
+        A socket monitor, watched like the socket itself; nothing on the request path.
+        """
+        if self._monitor is not None or self._closed:
+            return
+        loop = self._attach()
+        monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        fd = cast(int, monitor.getsockopt(zmq.FD))
+        self._monitor = monitor
+
+        def drain() -> None:
+            dropped = False
+            while self._monitor is monitor:
+                try:
+                    if not cast(int, _get(monitor, _EVENTS)) & _POLLIN:
+                        break
+                    monitor.recv_multipart(_NOBLOCK)
+                except zmq.ZMQError:
+                    break
+                dropped = True
+            if dropped:
+                callback()
+
+        loop.add_reader(fd, drain)
+        loop.call_soon(drain)  # edge-triggered: an event may be queued already
+
+    def _close_monitor(self) -> None:
+        monitor, self._monitor = self._monitor, None
+        if monitor is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(ValueError, OSError, zmq.ZMQError):
+                self._loop.remove_reader(cast(int, monitor.getsockopt(zmq.FD)))
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        monitor.close(linger=0)
+
     def close(self) -> None:
         """Close the socket; pending calls fail with ``guardian_unavailable``."""
         if self._closed:
             return
+        self._close_monitor()
         self._closed = True
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._fd)

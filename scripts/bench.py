@@ -632,6 +632,124 @@ async def idle_rss(base: Path) -> tuple[float, float]:
     return guardian, bare_mb
 
 
+# -- ssh: a workspace on another host ------------------------------------------------------
+
+
+def _kill_ssh_masters(runtime_dir: Path) -> None:
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(proc.info["cmdline"] or [])
+            if "ControlMaster=yes" in line and f"ControlPath={runtime_dir}" in line:
+                proc.kill()
+                proc.wait(5)
+
+
+async def ssh_echo(rounds: int, base: Path) -> dict[str, Any]:
+    """``BashCommand echo hi`` through one ``tether serve`` over stdio, in a local workspace
+    and in ``ssh://localhost`` (a real sshd on 127.0.0.1, tests/ssh_host.py), call by call in
+    turn; and the time to a first call over a cold host connection: a new front-end whose
+    host has no master connection, its guardian already running there (``warm guardian``),
+    and a workspace whose guardian must be started too (``cold guardian``)."""
+    from tests.ssh_host import SshHost
+
+    host = SshHost(base / "ssh", alias="localhost")
+    os.environ.update(host.env())
+    host.start()
+    remote_ws = base / "ssh" / "rws"
+    remote_ws.mkdir()
+    cold_ws = base / "ssh" / "rws-cold"
+    cold_ws.mkdir()
+    runtime = Path(os.environ["TETHER_RUNTIME_DIR"])
+    try:
+        async with Client(_serve_params()) as client:
+            local = await _session(client, base / "ws")
+            opened = await client.call_tool("Initialize", {"workspace_root": host.url(remote_ws)})
+            assert opened.structured_content and opened.structured_content["ok"], opened
+            remote: dict[str, Any] = opened.structured_content["data"]
+
+            def echo_of(session: dict[str, Any]) -> Callable[[], Any]:
+                args = {"thread_id": session["thread_id"],
+                        "workspace_root": session["workspace_root"],
+                        "action_json": {"type": "command", "command": "echo hi"}}
+
+                async def echo() -> None:
+                    result = await client.call_tool("BashCommand", args)
+                    assert result.structured_content and \
+                        result.structured_content["data"]["exit_code"] == 0, result
+                return echo
+
+            local_echo, remote_echo = echo_of(local), echo_of(remote)
+            for _ in range(5):
+                await local_echo()
+                await remote_echo()
+            over_local: list[float] = []
+            over_ssh: list[float] = []
+            for _ in range(rounds):
+                over_local += await _roundtrips(local_echo, 1)
+                over_ssh += await _roundtrips(remote_echo, 1)
+        rpc_local, rpc_ssh = await _hello_pairs(base / "ws", host.url(remote_ws), rounds * 5)
+        _kill_ssh_masters(runtime)
+        async with Client(_serve_params()) as client:
+            start = time.perf_counter()
+            again = await client.call_tool("Initialize", {
+                "type": "first_call", "workspace_root": remote["workspace_root"],
+                "thread_id": remote["thread_id"]})
+            warm_guardian = time.perf_counter() - start
+            assert again.structured_content and again.structured_content["ok"], again
+        _kill_ssh_masters(runtime)
+        async with Client(_serve_params()) as client:
+            start = time.perf_counter()
+            cold = await client.call_tool("Initialize", {"workspace_root": host.url(cold_ws)})
+            cold_guardian = time.perf_counter() - start
+            assert cold.structured_content and cold.structured_content["ok"], cold
+    finally:
+        _kill_ssh_masters(runtime)
+        host.stop()
+        stop_guardians(host.remote_runtime)
+    return {"local": over_local, "ssh": over_ssh, "warm_guardian": warm_guardian,
+            "cold_guardian": cold_guardian, "rpc_local": rpc_local, "rpc_ssh": rpc_ssh}
+
+
+async def _hello_pairs(local: Path, remote: str, rounds: int) -> tuple[list[float], list[float]]:
+    """``hello`` to the local guardian and to the one behind the SSH forward, in turn: the
+    link's own cost, without the MCP transport around it."""
+    from tether.frontend.guardians.locator import GuardianLocator
+    from tether.protocol.method_table import HELLO
+    from tether.shared.paths import canonical_workspace
+
+    locator = GuardianLocator(Config.from_env())
+    try:
+        near = await locator.handle(canonical_workspace(str(local)))
+        far = await locator.handle(remote)
+        params = {"client_min": [1, 0], "client_max": [near.version.major, near.version.minor]}
+        for handle in (near, far):
+            await _roundtrips(lambda h=handle: h.call(HELLO, params, timeout_s=5), 20)
+        over_local: list[float] = []
+        over_ssh: list[float] = []
+        for _ in range(rounds):
+            over_local += await _roundtrips(lambda: near.call(HELLO, params, timeout_s=5), 1)
+            over_ssh += await _roundtrips(lambda: far.call(HELLO, params, timeout_s=5), 1)
+    finally:
+        locator.close()
+    return over_local, over_ssh
+
+
+def bench_ssh(run: Run) -> None:
+    found = asyncio.run(ssh_echo(run.args.rounds, run.base))
+    l50, s50 = _ms(found["local"], .5), _ms(found["ssh"], .5)
+    print(f"[ssh] BashCommand echo over stdio: ssh://localhost p50 {s50:.2f} ms  p95 "
+          f"{_ms(found['ssh'], .95):.2f} ms; local p50 {l50:.2f} ms; ssh - local "
+          f"{s50 - l50:+.2f} ms (target <= +1.5 ms)")
+    r50, q50 = _ms(found["rpc_local"], .5), _ms(found["rpc_ssh"], .5)
+    print(f"[ssh] guardian RPC round trip (hello): over the SSH forward p50 {q50:.3f} ms, "
+          f"local p50 {r50:.3f} ms; the link adds {q50 - r50:+.3f} ms")
+    print(f"[ssh] first call over a cold host connection (new front-end, no master): "
+          f"{found['warm_guardian'] * 1000:.0f} ms with the guardian running there, "
+          f"{found['cold_guardian'] * 1000:.0f} ms starting it too")
+
+
 # -- the run -------------------------------------------------------------------------------
 
 
@@ -841,6 +959,7 @@ BENCHES: dict[str, Callable[[Run], None]] = {
     "agent_list": bench_agent_list,
     "agent_cascade": bench_agent_cascade,
     "observe": bench_observe,
+    "ssh": bench_ssh,
 }
 
 

@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("tether.frontend.person.approvals", "the questions agents wait on, as a table"),
     "approve": ("tether.frontend.person.approvals:approve", "answer one approval with yes"),
     "deny": ("tether.frontend.person.approvals:deny", "answer one approval with no"),
+    "hosts": ("tether.frontend.person.hosts", "check, install on, or list hosts reached over SSH"),
+    "remote": ("tether.frontend.guardians.far_end", "(run over SSH by a front-end elsewhere)"),
 }
 
 

@@ -35,7 +35,7 @@ exit 0
 def checkout(tmp_path: Path) -> Path:
     root = tmp_path / "clone"
     (root / "scripts").mkdir(parents=True)
-    for name in ("_bootstrap.sh", "serve", "test"):
+    for name in ("_bootstrap.sh", "_sshd.sh", "serve", "test"):
         shutil.copy2(ROOT / "scripts" / name, root / "scripts" / name)
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     fake = tmp_path / "python3"

@@ -4,7 +4,8 @@ agents``.
 The guardian of the archived agent's workspace archives its subtree in one catalog
 transaction. Children that live in *other* workspaces are in other guardians' catalogs: they
 are detached (never archived) by asking every other live guardian of this principal to
-detach its agents whose parent is one of the archived ids — one transaction per guardian.
+detach its agents whose parent is one of the archived ids — one transaction per guardian
+(on another host too, when this front-end is connected to it: docs/hosts.md#a-fleet-seen-as-one).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ async def archive_everywhere(
     archived = list(reply.archived)
     detached = list(reply.detached)
     skipped: list[dict[str, str]] = []
-    for other in live_guardian_roots(locator):
+    # This machine's live guardians, and those on other hosts this front-end is connected to
+    # (a child on another host is a child in another workspace: detached, not archived).
+    for other in [*live_guardian_roots(locator), *locator.remote_roots()]:
         if other == root:
             continue
         try:

@@ -9,6 +9,7 @@ was attempted and failed) and calls for a different remedy; nothing is started e
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from typing import Any
 
@@ -16,13 +17,20 @@ import psutil
 
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.paths import GuardianPaths
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 
 
 def restart_command(workspace_root: str, principal: str = "local") -> str:
     """The exact command that replaces (and so upgrades) the guardian of ``workspace_root``
     for ``principal``: what every message that advises a restart quotes."""
     who = "" if principal == "local" else f" --principal {shlex.quote(principal)}"
-    return f"tether guardians restart --workspace {shlex.quote(workspace_root)}{who} --yes"
+    where = ""
+    if is_remote(workspace_root):  # run on the host, where the guardian is
+        with contextlib.suppress(TetherError):
+            remote = RemoteWorkspace.parse(workspace_root)
+            where, workspace_root = f" --host {shlex.quote(remote.host.name)}", remote.path
+    return (f"tether guardians restart{where} --workspace {shlex.quote(workspace_root)}{who} "
+            "--yes")
 
 
 def restart_for(info: dict[str, Any], workspace_root: str | None = None) -> str:

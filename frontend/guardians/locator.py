@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import filelock
 from pydantic import ValidationError
@@ -40,9 +40,13 @@ from tether.protocol.versions import MAJOR, Capability, Version, known_minor_ver
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
 from tether.shared.paths import GuardianPaths, guardian_paths
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 from tether.shared.store.rows import PeekedThread
 from tether.shared.store.store_errors import StoreError
 from tether.shared.store.view import peek_thread
+
+if TYPE_CHECKING:
+    from tether.frontend.guardians.remote import RemoteGuardians
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +195,11 @@ class GuardianHandle:
     def workspace_root(self) -> str:
         return str(self.info.get("workspace_root") or self.paths.runtime)
 
+    def unresponsive(self, *, waited_s: float, input_sent: bool | str) -> TetherError:
+        """``guardian_unresponsive`` for this guardian: alive, and silent for ``waited_s``."""
+        return unresponsive(self.paths, self.info, self.workspace_root, waited_s=waited_s,
+                            input_sent=input_sent)
+
     def require(self, capability: Capability | None, why: str = "", advice: str = "",
                 **data: Any) -> None:
         """Refuse, before sending anything, a call this guardian cannot serve
@@ -281,6 +290,15 @@ class GuardianLocator:
         self._locks: dict[str, asyncio.Lock] = {}
         # Guardians we started are our children until they exit: reap them (no zombies).
         self._children: list[subprocess.Popen[bytes]] = []
+        self._remote: RemoteGuardians | None = None
+
+    def remote(self) -> RemoteGuardians:
+        """This locator's SSH links (docs/hosts.md#remote-workspaces), made on first use."""
+        if self._remote is None:
+            from tether.frontend.guardians.remote import RemoteGuardians
+
+            self._remote = RemoteGuardians(self.config, self.principal)
+        return self._remote
 
     async def handle(self, workspace_root: str, thread_id: str | None = None) -> GuardianHandle:
         """A live, handshaken guardian for ``workspace_root`` (canonical), starting one if needed.
@@ -331,16 +349,20 @@ class GuardianLocator:
         except TetherError as err:
             if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
                 raise
+            if err.data.get("connection_lost"):
+                if self._handles.get(workspace_root) is handle:
+                    self.forget(workspace_root)  # (another call may have replaced it already)
+                return await self._after_lost(workspace_root, thread_id, method, params,
+                                              timeout_s=timeout_s, lost=err)
             sent = err.data.get("input_sent")
             if (err.code == ErrorCode.GUARDIAN_UNAVAILABLE and sent is not False
                     and handle.alive()):
                 # Sent, not answered, and the very same process is still there: stopped
                 # meanwhile, or overloaded. A new handshake would wait in vain, and nothing is
                 # to be started; whether input arrived is unknown, as the error said.
-                raise unresponsive(handle.paths, handle.info, workspace_root,
-                                   waited_s=timeout_s + REPLY_GRACE_S,
-                                   input_sent=False if method.read_only else
-                                   sent if sent is not None else "unknown") from None
+                raise handle.unresponsive(waited_s=timeout_s + REPLY_GRACE_S,
+                                          input_sent=False if method.read_only else
+                                          sent if sent is not None else "unknown") from None
             # Retry on the (possibly new) guardian only what cannot deliver input twice:
             # reads, and requests that provably never reached a guardian.
             if not method.read_only and sent is not False:
@@ -348,6 +370,44 @@ class GuardianLocator:
             self.forget(workspace_root)
             handle = await self.handle(workspace_root, thread_id)
             return await handle.call(method, params, timeout_s=timeout_s)
+
+    async def _after_lost(self, workspace_root: str, thread_id: str | None,
+                          method: Method[P, R], params: dict[str, Any], *, timeout_s: float,
+                          lost: TetherError) -> R:
+        """A call whose connection dropped before its answer came (an SSH link): reads are
+        asked again on a new connection; a request with an idempotency key is repeated once
+        with the same key, which the guardian never delivers twice (it answers with the first
+        outcome, or ``delivery_unknown`` while that delivery is still under way); anything
+        else is reported as delivered or not, unknown (docs/hosts.md#when-the-network-fails)."""
+        host = lost.data.get("host", "?")
+        repeatable = method.read_only or "idempotency_key" in params
+        if not repeatable:
+            raise _delivery_unknown(method, host, "it is not repeated: ask what happened "
+                                    "(BashCommand status_check, Execution list)")
+        try:
+            handle = await self.handle(workspace_root, thread_id)
+            return await handle.call(method, params, timeout_s=timeout_s)
+        except TetherError as again:
+            if method.read_only:
+                raise
+            unreached = (ErrorCode.HOST_UNREACHABLE, ErrorCode.GUARDIAN_UNAVAILABLE,
+                         ErrorCode.GUARDIAN_UNRESPONSIVE, ErrorCode.GUARDIAN_START_FAILED)
+            if again.code == ErrorCode.DELIVERY_UNKNOWN:
+                raise _delivery_unknown(
+                    method, host, "the guardian had it: repeated with the same idempotency "
+                    "key, it was not delivered again, and it is still being carried out or "
+                    "ended unseen. Ask what happened (BashCommand status_check, Execution "
+                    "list)", key=params.get("idempotency_key")) from None
+            if again.code in unreached:
+                raise _delivery_unknown(
+                    method, host, f"repeating it failed too ({again.code}: {again.message})",
+                    key=params.get("idempotency_key")) from None
+            raise  # the guardian's own answer to the repeat (a refusal that typed nothing)
+
+    def remote_roots(self) -> list[str]:
+        """The ``ssh://`` workspaces this locator is connected to now (docs/hosts.md#a-fleet-seen-as-one)."""
+        return [root for root, handle in self._handles.items()
+                if is_remote(root) and handle.alive()]
 
     def forget(self, workspace_root: str) -> None:
         handle = self._handles.pop(workspace_root, None)
@@ -357,6 +417,8 @@ class GuardianLocator:
     def close(self) -> None:
         for root in list(self._handles):
             self.forget(root)
+        if self._remote is not None:
+            self._remote.close()
 
     async def existing(self, paths: GuardianPaths) -> GuardianHandle | None:
         """The live guardian at ``paths``, handshaken, or None; never starts one (a person
@@ -368,6 +430,9 @@ class GuardianLocator:
     async def _connect(self, workspace_root: str, thread_id: str | None, *,
                        start: bool) -> GuardianHandle | None:
         paths = guardian_paths(self.config, self.principal, workspace_root)
+        if is_remote(workspace_root):
+            return await self.remote().attach(RemoteWorkspace.parse(workspace_root), paths,
+                                              start=start, thread_id=thread_id)
         handle = await self._attach(paths, workspace_root)
         if handle is not None or not start:
             return handle
@@ -406,6 +471,11 @@ class GuardianLocator:
         """The thread's row from the workspace's catalog on disk, whose guardian is gone, read
         without writing a byte (a crashed guardian's log index included), or None when this
         principal has no such thread there."""
+        if is_remote(workspace_root):
+            raise TetherError(
+                ErrorCode.GUARDIAN_UNAVAILABLE,
+                f"no guardian runs for {workspace_root}, and its catalog is on that host; a "
+                "call other than status starts one there", {"input_sent": False})
         paths = guardian_paths(self.config, self.principal, workspace_root)
         try:
             return self._thread_row(paths, workspace_root, thread_id, left_behind=True)
@@ -432,20 +502,11 @@ class GuardianLocator:
         if is_stopped(identity.pid):
             # A handshake would wait out its deadline: say it at once, and start nothing.
             raise stopped(info, where)
-        version = Version(MAJOR, known_minor_versions()[-1].minor)
-        client = GuardianClient(
-            info["endpoint"], info["auth_token"], version=version,
-            instance_id=info["instance_id"],
-        )
+        client = new_client(info, info["endpoint"])
         asked = time.monotonic()
         try:
-            hello = await client.call(
-                HELLO.name,
-                {"client_min": [MAJOR, 0], "client_max": [version.major, version.minor]},
-                timeout_s=HELLO_TIMEOUT_S,
-            )
+            greeting = await handshake(client, info, where)
         except TetherError as err:
-            client.close()
             if err.code == ErrorCode.PROTOCOL_MISMATCH:
                 raise
             if err.code == ErrorCode.GUARDIAN_UNAVAILABLE and identity.alive():
@@ -455,27 +516,9 @@ class GuardianLocator:
                 raise unresponsive(paths, info, where,
                                    waited_s=round(time.monotonic() - asked, 1)) from None
             return None
-        try:
-            greeting = HelloResult.model_validate(hello)
-        except ValidationError:
-            client.close()
+        if greeting is None:
             return None
-        if greeting.instance_id != info["instance_id"]:
-            client.close()
-            return None
-        chosen = Version(*greeting.version)
-        if chosen.major != MAJOR:
-            client.close()
-            raise TetherError(
-                ErrorCode.PROTOCOL_MISMATCH,
-                f"the guardian at {info['endpoint']} speaks protocol {chosen}; this front-end "
-                f"speaks {MAJOR}.0-{version}. Restart it with this version of Tether "
-                f"(`{restart_for(info, where)}`).",
-                {"client_range": [f"{MAJOR}.0", str(version)], "guardian_version": str(chosen),
-                 "operator_action_required": True, "input_sent": False},
-            )
-        client.version = chosen
-        return GuardianHandle(paths, info, identity, client, chosen,
+        return GuardianHandle(paths, info, identity, client, client.version,
                               frozenset(greeting.capabilities),
                               reconciled=list(greeting.lost_records or []))
 
@@ -508,6 +551,17 @@ class GuardianLocator:
         )
 
 
+def _delivery_unknown(method: Method[Any, Any], host: str, then: str,
+                      key: Any = None) -> TetherError:
+    return TetherError(
+        ErrorCode.DELIVERY_UNKNOWN,
+        f"the SSH connection to {host} was lost while {method.name} waited for its answer, so "
+        f"whether it was carried out is unknown; {then}. The guardian and its terminals on "
+        f"{host} do not depend on the connection.",
+        {"input_sent": "unknown", "delivery": "unknown", "host": host,
+         **({"idempotency_key": key} if key else {})})
+
+
 def read_info(paths: GuardianPaths) -> dict[str, Any] | None:
     """guardian.json, or None when missing or unreadable."""
     try:
@@ -518,6 +572,53 @@ def read_info(paths: GuardianPaths) -> dict[str, Any] | None:
     if not isinstance(info, dict) or not all(k in info for k in required):
         return None
     return info
+
+
+def new_client(info: dict[str, Any], endpoint: str) -> GuardianClient:
+    """A DEALER for the guardian ``info`` describes, at ``endpoint`` (its own, or a local
+    socket forwarded to it), speaking the newest version this front-end knows."""
+    version = Version(MAJOR, known_minor_versions()[-1].minor)
+    return GuardianClient(endpoint, info["auth_token"], version=version,
+                          instance_id=info["instance_id"])
+
+
+async def handshake(client: GuardianClient, info: dict[str, Any],
+                    where: str) -> HelloResult | None:
+    """``hello`` with the guardian ``info`` describes; its greeting, with ``client.version``
+    set to the version chosen. None (the client closed) when the answer is not that very
+    guardian's; ``protocol_mismatch`` for another major; ``guardian_unavailable`` (the client
+    closed) when no answer came."""
+    version = client.version
+    try:
+        hello = await client.call(
+            HELLO.name,
+            {"client_min": [MAJOR, 0], "client_max": [version.major, version.minor]},
+            timeout_s=HELLO_TIMEOUT_S,
+        )
+    except TetherError:
+        client.close()
+        raise
+    try:
+        greeting = HelloResult.model_validate(hello)
+    except ValidationError:
+        client.close()
+        return None
+    if greeting.instance_id != info["instance_id"]:
+        client.close()
+        return None
+    chosen = Version(*greeting.version)
+    if chosen.major != MAJOR:
+        client.close()
+        raise TetherError(
+            ErrorCode.PROTOCOL_MISMATCH,
+            f"the guardian at {info['endpoint']} speaks protocol {chosen}; this front-end "
+            f"speaks {MAJOR}.0-{version}. Restart it with this version of Tether "
+            f"(`{restart_for(info, where)}`).",
+            {"client_range": [f"{MAJOR}.0", str(version)], "guardian_version": str(chosen),
+             "operator_action_required": True, "input_sent": False},
+        )
+    client.version = chosen
+    return greeting
 
 
 def guardian_command() -> list[str]:

@@ -43,7 +43,7 @@ DEFAULT_READ_LINES = 100
 MAX_READ_LINES = 1000
 MAX_STDERR_BYTES = 16 * 1024
 #: Herdr's lifecycle states (its ``AgentStatus``).
-STATES = ("idle", "working", "blocked", "done", "unknown")
+HERDR_STATES = ("idle", "working", "blocked", "done", "unknown")
 #: Time kept back from a wait's ``--timeout`` so that Herdr's own timeout answer (after the
 #: CLI's start-up) arrives before the call's deadline ends the process: a quarter of what is
 #: left, at least this much, never more than half.
@@ -338,6 +338,6 @@ def _agent_record(value: Any, command: str) -> dict[str, Any]:
         raise _malformed(command, "an agent record without terminal_id")
     if not isinstance(pane, str) or not PANE_ID.fullmatch(pane):
         raise _malformed(command, "an agent record without a pane_id of the expected form")
-    if status not in STATES:
+    if status not in HERDR_STATES:
         raise _malformed(command, "an agent record without a known agent_status")
     return value

@@ -258,6 +258,11 @@ def _status_text(root: str, principal: str, facts: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    # --host H: the same command, run on H over SSH (docs/hosts.md#a-fleet-seen-as-one).
+    if (remote := on_host("guardians", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(
         prog="tether guardians",
         description="List, inspect, stop and restart guardians. A guardian serves one "

@@ -89,6 +89,11 @@ async def _whole_id(locator: GuardianLocator, root: str, scope: dict[str, Any],
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    # --host H: the same command, run on H over SSH (docs/hosts.md#a-fleet-seen-as-one).
+    if (remote := on_host("agents", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(prog="tether agents", description=__doc__.splitlines()[0]
                                      if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -451,11 +451,18 @@ def require_terminals(in_fd: int, out_fd: int, execution_id: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    # --host H: the same command, run on H over SSH (docs/hosts.md#a-fleet-seen-as-one).
+    if (remote := on_host("attach", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(
         prog="tether attach",
         description="Watch an execution's terminal live in yours, like tmux attach: its "
         "current screen, then its output as it comes. Read-only unless --write; the detach "
         "key leaves the program running.")
+    parser.add_argument("--host", help="run this on that host over SSH ([user@]host[:port], "
+                        "as your ssh configuration knows it)")
     parser.add_argument("execution_id", metavar="ID")
     parser.add_argument("--write", action="store_true",
                         help="forward keystrokes to the program (recorded as a person event)")

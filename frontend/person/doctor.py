@@ -140,6 +140,17 @@ class Doctor:
                      "not announced itself (still starting, or stuck)",
                      f"kill {' '.join(map(str, holders))}  # if it stays like this")
         sock = key_dir / "rpc.sock"
+        note = key_dir / "remote.json"  # the forward of a guardian on another host
+        if note.exists():
+            try:
+                remote = json.loads(note.read_text())
+            except (OSError, ValueError):
+                remote = {}
+            self.add("info", f"{sock} forwards to the guardian of "
+                     f"{remote.get('workspace_root', '?')} on host {remote.get('host', '?')} "
+                     f"(over SSH; `tether doctor --host {remote.get('host', 'HOST')}` checks "
+                     "it there)")
+            return
         if sock.exists() and not holders:
             self.add("info", f"stale socket {sock} of a stopped guardian (harmless; the next "
                      "guardian replaces it)", f"rm {sock}")
@@ -398,10 +409,17 @@ LABELS = {"ok": "ok", "info": "info", "warn": "WARN", "action": "ACTION"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    # --host H: the same command, run on H over SSH (docs/hosts.md#a-fleet-seen-as-one).
+    if (remote := on_host("doctor", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(
         prog="tether doctor", description="Check this installation (versions, directories, "
         "guardians, sizes, usage log) and say what command fixes each problem. Exit status 1 "
         "when something needs action.")
+    parser.add_argument("--host", help="run this on that host over SSH ([user@]host[:port], "
+                        "as your ssh configuration knows it)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:

@@ -158,7 +158,43 @@ def render(items: list[dict[str, Any]], now_ms: float, width: int) -> str:
     return "\n\n".join(blocks)
 
 
+async def on_hosts(config: Config, everything: bool) -> list[dict[str, Any]]:
+    """``tether ls --json`` of every host this user's front-ends have reached, run there
+    over SSH, each guardian named by its ``ssh://`` workspace; a host that cannot be asked
+    is an item of its own saying why."""
+    from tether.frontend.guardians.ssh_link import known_hosts
+    from tether.frontend.person.hosts import link_for
+
+    async def one(name: str) -> list[dict[str, Any]]:
+        try:
+            link = link_for(name, config)
+            done = await link.run(link.tether_argv(["ls", "--json", *(["--all"] if everything
+                                                                      else [])]),
+                                  timeout_s=60, what="ls")
+            items = json.loads(done.stdout)
+            if not isinstance(items, list):
+                raise ValueError("not a list")
+        except (TetherError, ValueError) as err:
+            message = err.message if isinstance(err, TetherError) else (
+                f"`tether ls --json` there printed no listing ({err})")
+            return [{"guardian": {"workspace_root": f"ssh://{name}", "host": name, "pid": "?",
+                                  "protocol": "?", "alive": True},
+                     "error": {"code": "host_unreachable", "message": message}}]
+        for item in items:
+            guardian = item.get("guardian", {})
+            guardian["host"] = name
+            guardian["workspace_root"] = f"ssh://{name}{guardian.get('workspace_root')}"
+        return items
+
+    found = await asyncio.gather(*(one(h.name) for h in known_hosts(config.state_home)))
+    return [item for items in found for item in items]
+
+
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    if (remote := on_host("ls", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(
         prog="tether ls", description="List guardians, their threads and executions (a gone "
         "guardian's read from the files it left, read-only). Exit status "
@@ -169,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"every retained record (up to {MAX_WORKSPACE_LIST} per guardian), "
                         f"not only the newest {DEFAULT_LIMIT}")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--host", help="list the guardians of this host instead, over SSH "
+                        "([user@]host[:port], as your ssh configuration knows it)")
+    parser.add_argument("--all-hosts", action="store_true",
+                        help="this machine's guardians and those of every host this user's "
+                        "front-ends have reached (`tether hosts ls`)")
     args = parser.parse_args(argv)
 
     async def body() -> int:
@@ -176,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         limit = MAX_WORKSPACE_LIST if args.all else DEFAULT_LIMIT
         with Progress("asking guardians"):
             items = await collect(config, args.workspace, limit)
+            if args.all_hosts:
+                items += await on_hosts(config, args.all)
         if args.json:
             print(json.dumps(items, indent=2, default=str))
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -92,9 +93,16 @@ def render(data: dict[str, Any], now_ms: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    # --host H: the same command, run on H over SSH (docs/hosts.md#a-fleet-seen-as-one).
+    if (remote := on_host("show", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(
         prog="tether show", description="Show one execution: its whole record, turn "
         "recognition, prompt receipts, agent events and person events.")
+    parser.add_argument("--host", help="run this on that host over SSH ([user@]host[:port], "
+                        "as your ssh configuration knows it)")
     parser.add_argument("execution_id", metavar="ID")
     parser.add_argument("--workspace", type=workspace_arg, help="look only in this workspace's guardian")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

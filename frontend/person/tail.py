@@ -132,11 +132,18 @@ async def tail(entry: Found | OnDisk, execution_id: str, *, follow: bool,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tether.frontend.person.hosts import on_host
+
+    # --host H: the same command, run on H over SSH (docs/hosts.md#a-fleet-seen-as-one).
+    if (remote := on_host("tail", sys.argv[2:] if argv is None else argv)) is not None:
+        return remote
     parser = argparse.ArgumentParser(
         prog="tether tail",
         description="Print an execution's retained output; with -f, keep printing until it "
         "ends. Output dropped by retention is a marked line. Into a pipe the text is plain "
         "(no escape sequences, LF line ends).")
+    parser.add_argument("--host", help="run this on that host over SSH ([user@]host[:port], "
+                        "as your ssh configuration knows it)")
     parser.add_argument("execution_id", metavar="ID")
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing new output until the execution ends")

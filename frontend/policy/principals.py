@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from tether.frontend.policy.authority import Caller, tools_for
 from tether.protocol.errors import ErrorCode, TetherError
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 
 MIN_TOKEN_BYTES = 32
 MAX_FILE_BYTES = 256 * 1024
@@ -168,6 +169,11 @@ def _principal(path: Path, index: int, table: Any) -> Principal:
 
 
 def _root(path: Path, where: str, workspace: str) -> str:
+    if is_remote(workspace):  # a workspace (or prefix) on another host: docs/hosts.md
+        try:
+            return RemoteWorkspace.parse(workspace).url
+        except TetherError as err:
+            _refuse(path, f"{where}: workspace {workspace!r}: {err.message}")
     real = os.path.realpath(workspace)
     if not os.path.isabs(workspace) or not os.path.isdir(real):
         _refuse(path, f"{where}: workspace {workspace!r} is not an absolute path to a directory")

@@ -18,6 +18,7 @@ from tether.frontend.policy.authority import LOCAL, Caller
 from tether.protocol.methods import ModeSpec
 from tether.protocol.versions import Capability
 from tether.shared.paths import canonical_workspace, refuse_broad_workspace
+from tether.shared.ssh_target import RemoteWorkspace, is_remote
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -69,7 +70,12 @@ class Session:
     def workspace(self, workspace_root: str) -> str:
         """The canonical workspace root, refused when it is too broad or outside the caller's
         ``workspaces`` (``workspace_denied``), before anything starts."""
-        root = refuse_broad_workspace(canonical_workspace(workspace_root), self.locator.config)
+        if is_remote(workspace_root):
+            # On another host: the host makes the path canonical and refuses a broad one.
+            root = RemoteWorkspace.parse(workspace_root).url
+        else:
+            root = refuse_broad_workspace(canonical_workspace(workspace_root),
+                                          self.locator.config)
         self.caller.check_workspace(root)
         return root
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import mcp_types as types
 
-from tether.frontend.guardians.health import unresponsive
 from tether.frontend.guardians.locator import GuardianHandle
 from tether.frontend.policy.authority import BASH
 from tether.frontend.tools import replies
@@ -208,8 +207,8 @@ async def _status(session: Session, root: str, thread_id: str | None,
         except TetherError as err:
             if err.code == ErrorCode.GUARDIAN_UNAVAILABLE:
                 # Alive a moment ago, silent now: say so (and, being read-only, start nothing).
-                raise unresponsive(handle.paths, handle.info, root,
-                                   waited_s=STATUS_TIMEOUT_S + REPLY_GRACE_S) from None
+                raise handle.unresponsive(waited_s=STATUS_TIMEOUT_S + REPLY_GRACE_S,
+                                          input_sent=False) from None
             raise
         return replies.as_data(status)
     row = session.locator.known_thread(root, thread_id)

@@ -64,7 +64,9 @@ Id = Annotated[str, Field(pattern=ID_PATTERN)]
 CatalogCursor = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 #: Every path, command and text is refused (never altered) when it holds NUL, a lone
 #: surrogate or invalid UTF-8; every integer has a range (nothing overflows the wire).
-WorkspaceRoot = Annotated[CleanText, Field(description="absolute path of the workspace")]
+WorkspaceRoot = Annotated[CleanText, Field(
+    description="absolute path of the workspace, or ssh://[user@]host[:port]/absolute/path "
+    "for one on another host")]
 
 
 def _check_after(value: int | str | None) -> int | str | None:
