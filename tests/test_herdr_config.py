@@ -15,7 +15,7 @@ from mcp import Client
 
 from tests.herdr_helpers import FakeHerdr, agent_info, config_for, write_config
 from tests.mcp_helpers import call, call_error, initialize
-from tether.frontend.herdr.operator_config import MAX_CONFIG_BYTES, HerdrSettings
+from tether.frontend.herdr.operator_config import MAX_HERDR_CONFIG_BYTES, HerdrSettings
 from tether.frontend.transport.mcp_server import build_server
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.shared.config import Config
@@ -112,8 +112,8 @@ def test_the_file_itself_must_be_private_small_and_plain(tmp_path: Path, workspa
     assert "must be private" in err.message
 
     text = json.dumps(config)
-    padded = text[:-1] + " " * (MAX_CONFIG_BYTES + 1 - len(text)) + "}"
-    assert len(padded) == MAX_CONFIG_BYTES + 1
+    padded = text[:-1] + " " * (MAX_HERDR_CONFIG_BYTES + 1 - len(text)) + "}"
+    assert len(padded) == MAX_HERDR_CONFIG_BYTES + 1
     err = _refusal(write_config(tmp_path / "big.json", padded))
     assert err.data["rule"] == "file_size" and "larger than 256 KiB" in err.message
     # Exactly at the limit it is read (and valid).

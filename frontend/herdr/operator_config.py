@@ -26,7 +26,7 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PATH
 
 ENV_VAR = "TETHER_HERDR_CONFIG"
-MAX_CONFIG_BYTES = 256 * 1024
+MAX_HERDR_CONFIG_BYTES = 256 * 1024
 DEFAULT_DEADLINE_MS = 5000
 MIN_DEADLINE_MS = 1
 MAX_DEADLINE_MS = 30_000
@@ -145,10 +145,10 @@ def _read_private(path: str) -> bytes:
         if st.st_mode & 0o077:
             _refuse("file_mode", f"the file has mode {stat.S_IMODE(st.st_mode):04o}: group or "
                                  "other may read it; it must be private (chmod 600)")
-        raw = fh.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
-        _refuse("file_size", f"the file is larger than {MAX_CONFIG_BYTES // 1024} KiB "
-                             f"({MAX_CONFIG_BYTES} bytes), the limit")
+        raw = fh.read(MAX_HERDR_CONFIG_BYTES + 1)
+    if len(raw) > MAX_HERDR_CONFIG_BYTES:
+        _refuse("file_size", f"the file is larger than {MAX_HERDR_CONFIG_BYTES // 1024} KiB "
+                             f"({MAX_HERDR_CONFIG_BYTES} bytes), the limit")
     return raw
 
 
