@@ -42,6 +42,13 @@ class ErrorCode(StrEnum):
     # A guardian that is alive (identity checked) but does not answer: stopped, overloaded.
     GUARDIAN_UNRESPONSIVE = "guardian_unresponsive"
     RUNTIME_DIR_UNSAFE = "runtime_dir_unsafe"
+    # The guardian is handing itself over to newly installed code (docs/protocol.md#live-upgrade):
+    # the request was not acted upon (``input_sent`` false) or was cut at its wait; send it
+    # again (with the same idempotency key) once the guardian answers.
+    GUARDIAN_UPGRADING = "guardian_upgrading"
+    # ``guardian.upgrade`` found the installed code unable to take over (its dry run failed,
+    # or the guardian could not be brought to a quiet point): nothing changed.
+    UPGRADE_FAILED = "upgrade_failed"
     # Sessions and executions
     SESSION_MISMATCH = "session_mismatch"
     # "/", the home directory or one of its ancestors, unless the operator allows it.

@@ -377,14 +377,20 @@ class RouterServer:
         # runnable here it returns at once (about 1 µs).
         os.sched_yield()
 
-    def close(self) -> None:
-        """Stop answering and close the socket."""
+    def drain_now(self) -> None:
+        """Take (and start answering) every request queued now."""
+        self._drain()
+
+    def close(self, linger_ms: int = 0) -> None:
+        """Stop answering and close the socket. ``linger_ms``: how long replies already sent
+        may still take to leave (the context's ``term`` waits for them), instead of being
+        dropped."""
         for task in list(self._tasks):
             task.cancel()
         if self._loop is not None and not self._loop.is_closed() and not self._closed:
             self._loop.remove_reader(self._fd)
         self._closed = True
-        self._sock.close(linger=0)
+        self._sock.close(linger=linger_ms)
 
 
 class _Resumed:

@@ -29,7 +29,14 @@ import filelock
 from pydantic import ValidationError
 
 from tether.frontend import usage
-from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
+from tether.frontend.guardians.health import (
+    is_stopped,
+    restart_for,
+    stat_state,
+    stopped,
+    unresponsive,
+    upgrade_for,
+)
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
 from tether.protocol.method_table import HELLO, Method
@@ -48,6 +55,10 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 15.0
 HELLO_TIMEOUT_S = 3.0
+#: While a guardian hands itself over to new code: how long a call is sent again, and how
+#: often (docs/protocol.md#live-upgrade).
+UPGRADE_WAIT_S = 30.0
+UPGRADE_RETRY_S = 0.02
 
 P = TypeVar("P", bound=Params)
 R = TypeVar("R", bound=Result)
@@ -151,6 +162,9 @@ class GuardianHandle:
     lost_records: list[dict[str, Any]] = field(default_factory=list)
     #: Opened on the first check: a handle only looked at (``tether ls``) holds no pidfd.
     liveness: Liveness | None = None
+    #: guardian.json's modification time when this handle handshook: a guardian that
+    #: upgraded itself since (docs/protocol.md#live-upgrade) wrote it again.
+    info_mtime_ns: int = 0
 
     @property
     def instance_id(self) -> str:
@@ -200,13 +214,18 @@ class GuardianHandle:
         if capability is None or str(capability) in self.capabilities:
             return
         since = minor_introducing(capability)
-        upgrade = f"`{restart_for(self.info, self.workspace_root)}`"
+        if str(Capability.LIVE_UPGRADE) in self.capabilities:
+            how = (f"To upgrade, run `{upgrade_for(self.info, self.workspace_root)}`: the "
+                   "guardian hands itself over to the installed code and keeps every terminal.")
+        else:
+            how = (f"To upgrade, run `{upgrade_for(self.info, self.workspace_root)}`: this "
+                   "guardian is too old to hand itself over, so it says what a restart would "
+                   f"end before `{restart_for(self.info, self.workspace_root)}` stops it "
+                   "(its running terminals end; their records stay readable).")
         raise TetherError(
             ErrorCode.CAPABILITY_MISSING,
             f"{why}The guardian for this workspace speaks protocol {self.version}, which lacks "
-            f"'{capability}' (added in protocol {since}). Nothing was sent. {advice}"
-            f"To upgrade, run {upgrade}: it stops the old guardian, which ends its running "
-            "terminals (their records stay readable).",
+            f"'{capability}' (added in protocol {since}). Nothing was sent. {advice}{how}",
             {
                 "capability": str(capability),
                 "guardian_protocol": str(self.version),
@@ -248,7 +267,13 @@ class GuardianHandle:
         """Call ``method`` with its params as a wire map (the guardian validates them against
         ``method.params``: a model built here as well would check every call twice); the
         reply comes back as ``method.result``, checked."""
-        self.admit(method, params)
+        try:
+            self.admit(method, params)
+        except TetherError as err:
+            # A guardian that upgraded itself since the handshake has what it lacked then.
+            if err.code != ErrorCode.CAPABILITY_MISSING or not await self.refresh():
+                raise
+            self.admit(method, params)
         name = method.name
         if method.checker_built():
             return method.read(await self.client.call(name, params, timeout_s=timeout_s))
@@ -262,6 +287,39 @@ class GuardianHandle:
         except BaseException:
             sent.cancel()  # a caller cancelled meanwhile leaves no call behind
             raise
+
+
+    async def refresh(self) -> bool:
+        """Handshake again if this guardian re-executed itself with new code since
+        (docs/protocol.md#live-upgrade: the same process, instance and token, a guardian.json
+        written again): True when it did and this handle now has its new version and
+        capabilities. One ``stat`` when nothing changed."""
+        try:
+            mtime = self.paths.info.stat().st_mtime_ns
+        except OSError:
+            return False
+        if mtime == self.info_mtime_ns:
+            return False
+        info = read_info(self.paths)
+        if info is None or info["instance_id"] != self.info["instance_id"]:
+            return False
+        try:
+            hello = await self.client.call(
+                HELLO.name, {"client_min": [MAJOR, 0],
+                             "client_max": list(known_minor_versions()[-1])},
+                timeout_s=HELLO_TIMEOUT_S)
+            greeting = HelloResult.model_validate(hello)
+        except (TetherError, ValidationError):
+            return False  # not answering yet: the call goes on as it would have
+        if greeting.instance_id != self.info["instance_id"]:
+            return False
+        self.info_mtime_ns = mtime
+        self.info = info
+        self.version = Version(*greeting.version)
+        self.client.version = self.version
+        changed = frozenset(greeting.capabilities) != self.capabilities
+        self.capabilities = frozenset(greeting.capabilities)
+        return changed
 
 
 async def ask(client: GuardianClient, method: Method[P, R], params: dict[str, Any], *,
@@ -327,7 +385,7 @@ class GuardianLocator:
             handle = await self.handle(workspace_root, thread_id)
         try:
             with usage.phase(usage.phase_for_method(method)):
-                return await handle.call(method, params, timeout_s=timeout_s)
+                return await self._upgrade_aware(handle, method, params, timeout_s)
         except TetherError as err:
             if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
                 raise
@@ -348,6 +406,26 @@ class GuardianLocator:
             self.forget(workspace_root)
             handle = await self.handle(workspace_root, thread_id)
             return await handle.call(method, params, timeout_s=timeout_s)
+
+    async def _upgrade_aware(self, handle: GuardianHandle, method: Method[P, R],
+                             params: dict[str, Any], timeout_s: float) -> R:
+        """:meth:`GuardianHandle.call`, sent again while the guardian hands itself over to
+        new code (``guardian_upgrading``, docs/protocol.md#live-upgrade) when that cannot
+        deliver twice: a read, a request refused before it did anything, or one whose
+        idempotency key (or prompt id) replays what it delivered."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + UPGRADE_WAIT_S
+        while True:
+            try:
+                return await handle.call(method, params, timeout_s=timeout_s)
+            except TetherError as err:
+                if err.code != ErrorCode.GUARDIAN_UPGRADING or loop.time() >= give_up:
+                    raise
+                replays = "idempotency_key" in params or "prompt_id" in params
+                if not (method.read_only or err.data.get("input_sent") is False or replays):
+                    raise
+            await asyncio.sleep(UPGRADE_RETRY_S)
+            await handle.refresh()
 
     def forget(self, workspace_root: str) -> None:
         handle = self._handles.pop(workspace_root, None)
@@ -433,6 +511,10 @@ class GuardianLocator:
             # A handshake would wait out its deadline: say it at once, and start nothing.
             raise stopped(info, where)
         version = Version(MAJOR, known_minor_versions()[-1].minor)
+        try:
+            info_mtime = paths.info.stat().st_mtime_ns
+        except OSError:
+            info_mtime = 0
         client = GuardianClient(
             info["endpoint"], info["auth_token"], version=version,
             instance_id=info["instance_id"],
@@ -477,7 +559,8 @@ class GuardianLocator:
         client.version = chosen
         return GuardianHandle(paths, info, identity, client, chosen,
                               frozenset(greeting.capabilities),
-                              reconciled=list(greeting.lost_records or []))
+                              reconciled=list(greeting.lost_records or []),
+                              info_mtime_ns=info_mtime)
 
     def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> bool:
         """Under the start lock: spawn a new guardian (which reconciles what a dead one left
