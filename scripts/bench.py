@@ -863,7 +863,7 @@ async def upgrade_handoff(workspace: Path, rounds: int = 3,
             start = time.perf_counter()
             result = await handle.call(GUARDIAN_UPGRADE, {"reason": "bench"}, timeout_s=60)
             assert result.handing_over and len(result.executions) == executions, result
-            hello = await _taken_over(info, result.to_code_version)
+            hello = await _taken_over(info, result.to_code_version, paths)
             handoffs.append(time.perf_counter() - start)
             assert hello is not None, "the new code did not answer"
     finally:

@@ -68,7 +68,7 @@ def installed_copy(tmp_path: Path, *, code_version: str = NEW_VERSION,
     versions.write_text(text.replace('CODE_VERSION = "0.1.0"', f'CODE_VERSION = "{code_version}"'))
     if plant_import_error:
         journal = code / "tether" / "guardian" / "history" / "journal.py"
-        journal.write_text("import tether_module_that_does_not_exist\n" + journal.read_text())
+        journal.write_text(journal.read_text() + "\nimport tether_module_that_does_not_exist\n")
     return code
 
 
@@ -163,6 +163,8 @@ async def test_upgrade_keeps_every_terminal(
                  "idempotency_key": "once"}
         during = await call(locator, workspace, EXEC_START, keyed, timeout_s=30)
 
+        paths = guardian_paths(tether_env, "local", str(workspace))
+        await until(lambda: _announced(paths), what="the new code's guardian.json")
         hello = await until(lambda: _new_code(handle), what="the new code's hello")
         took = time.monotonic() - asked
         assert hello.instance_id == before["instance_id"], hello
@@ -209,6 +211,14 @@ async def test_upgrade_keeps_every_terminal(
         assert took < 10, took
     finally:
         locator.close()
+        keep_log(tether_env, workspace, tmp_path)
+
+
+def keep_log(config: Config, workspace: Path, tmp_path: Path) -> None:
+    """The guardian's log beside the test's files (its state directory goes at teardown)."""
+    log = guardian_paths(config, "local", str(workspace)).log
+    if log.exists():
+        shutil.copy(log, tmp_path / "guardian.log")
 
 
 async def until(check: Callable[[], Awaitable[Any]], timeout: float = 20.0,
@@ -226,6 +236,11 @@ async def until(check: Callable[[], Awaitable[Any]], timeout: float = 20.0,
 
 async def _is(value: Any, wanted: str) -> bool | None:
     return True if await value == wanted else None
+
+
+async def _announced(paths: Any) -> bool:
+    info = read_info(paths)
+    return info is not None and info.get("code_version") == NEW_VERSION
 
 
 async def _new_code(handle: GuardianHandle) -> Any:

@@ -58,7 +58,8 @@ HELLO_TIMEOUT_S = 3.0
 #: While a guardian hands itself over to new code: how long a call is sent again, and how
 #: often (docs/protocol.md#live-upgrade).
 UPGRADE_WAIT_S = 30.0
-UPGRADE_RETRY_S = 0.02
+UPGRADE_RETRY_S = 0.01
+UPGRADE_RECHECK_S = 1.0
 
 P = TypeVar("P", bound=Params)
 R = TypeVar("R", bound=Result)
@@ -416,15 +417,27 @@ class GuardianLocator:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + UPGRADE_WAIT_S
         while True:
+            announced = _mtime_ns(handle.paths.info)
             try:
                 return await handle.call(method, params, timeout_s=timeout_s)
             except TetherError as err:
-                if err.code != ErrorCode.GUARDIAN_UPGRADING or loop.time() >= give_up:
+                # Nobody listened for a moment: the guardian's old code has closed its socket
+                # and the new one is starting (its handover document is still there).
+                between = (err.code == ErrorCode.GUARDIAN_UNAVAILABLE
+                           and err.data.get("input_sent") is False
+                           and handle.paths.handover.exists() and handle.alive())
+                if (err.code != ErrorCode.GUARDIAN_UPGRADING and not between) or (
+                        loop.time() >= give_up):
                     raise
                 replays = "idempotency_key" in params or "prompt_id" in params
                 if not (method.read_only or err.data.get("input_sent") is False or replays):
                     raise
-            await asyncio.sleep(UPGRADE_RETRY_S)
+            # Sent again once the new code has announced itself (a request sent while the
+            # old code closes its socket would be lost with it), or after a while (an
+            # upgrade that failed: the guardian serves on).
+            again = min(give_up, loop.time() + UPGRADE_RECHECK_S)
+            while _mtime_ns(handle.paths.info) == announced and loop.time() < again:
+                await asyncio.sleep(UPGRADE_RETRY_S)
             await handle.refresh()
 
     def forget(self, workspace_root: str) -> None:
@@ -589,6 +602,13 @@ class GuardianLocator:
             ErrorCode.GUARDIAN_START_FAILED,
             f"the guardian did not start within {START_TIMEOUT_S:g}s; see {paths.log}",
         )
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def read_info(paths: GuardianPaths) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from tether.shared.store.view import running_by_kind
 RESTART_ASKED = 3
 #: How long the new code may take from the hand-over to its first answer.
 TAKEOVER_WAIT_S = 30.0
-TAKEOVER_POLL_S = 0.01
+TAKEOVER_POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ async def upgrade(paths: GuardianPaths, root: str, *, dry_run: bool = False,
             f"guardian of {root} (pid {info['pid']}, code {result.from_code_version}, "
             f"protocol {result.from_protocol}) with its {len(result.executions)} running "
             f"executions; its dry run took {result.dry_run_ms} ms. Nothing changed."))
-    hello = await _taken_over(info, result.to_code_version)
+    hello = await _taken_over(info, result.to_code_version, paths)
     took_ms = int((time.monotonic() - asked) * 1000)
     if hello is None:
         return Outcome(1, (
@@ -131,16 +131,26 @@ async def upgrade(paths: GuardianPaths, root: str, *, dry_run: bool = False,
         f"on; {took_ms} ms from the request to its first answer."), took_ms)
 
 
-async def _taken_over(info: dict[str, Any], code_version: str) -> HelloResult | None:
-    """Wait for the same guardian instance to answer with ``code_version`` after a live
-    upgrade (None: it did not within :data:`TAKEOVER_WAIT_S`)."""
+async def _taken_over(info: dict[str, Any], code_version: str,
+                      paths: GuardianPaths) -> HelloResult | None:
+    """Wait for the same guardian instance to announce ``code_version`` after a live
+    upgrade (its guardian.json written again), then for its first answer (None: not within
+    :data:`TAKEOVER_WAIT_S`). Nothing is sent before it announces itself: a request sent while
+    the old code closes its socket would be lost with it."""
     deadline = time.monotonic() + TAKEOVER_WAIT_S
     while time.monotonic() < deadline:
+        now = read_info(paths)
+        if (now is not None and now["instance_id"] == info["instance_id"]
+                and now.get("code_version") == code_version
+                and now.get("upgraded_unix_ms") is not None
+                and now.get("upgraded_unix_ms") != info.get("upgraded_unix_ms")):
+            break
+        await asyncio.sleep(TAKEOVER_POLL_S)
+    else:
+        return None
+    while time.monotonic() < deadline:
         hello = await _hello(info)
-        if (hello is not None and hello.instance_id == info["instance_id"]
-                and hello.upgraded_unix_ms is not None and hello.code_version == code_version
-                and hello.upgraded_unix_ms >= int(info.get("upgraded_unix_ms") or 0)
-                and hello.upgraded_unix_ms != info.get("upgraded_unix_ms")):
+        if hello is not None and hello.code_version == code_version:
             return hello
         await asyncio.sleep(TAKEOVER_POLL_S)
     return None

@@ -136,6 +136,18 @@ class Guardian:
 
     async def _main(self) -> None:
         os.umask(0o077)
+        handed = self._handover
+        context: zmq.Context[Any] = zmq.Context()
+        # Its handler is the service's, set once the service exists (nothing is read before
+        # serve()). A live upgrade binds the socket first (front-ends connected before
+        # reconnect at once, and their requests wait in the socket), a fresh start once it
+        # is ready to serve.
+        server = RouterServer(self.paths.endpoint, _not_serving, context)
+        if handed is not None:
+            self.paths.socket.unlink(missing_ok=True)  # the code before closed it; ours now
+            server.bind()
+        else:
+            self.paths.handover.unlink(missing_ok=True)  # a hand-over that never finished
         catalog = Catalog(self.paths.catalog, self.clock)
         catalog.checkpoint_in_background()  # no commit on the loop waits for a disk sync
         # Before anything is answered: what a dead predecessor left running is unknown now
@@ -162,7 +174,6 @@ class Guardian:
         runtime.retention.sweep_soon(runtime.live.protected)
         identity = ProcessIdentity.of(os.getpid())
         assert identity is not None
-        handed = self._handover
         auth = str(handed["guardian"]["auth_token"]) if handed else secrets.token_hex(32)
         service = GuardianService(
             runtime=runtime,
@@ -182,12 +193,11 @@ class Guardian:
             # Before anything is answered: the terminals, shells, agents and receipts the
             # code before left are this code's now.
             service.adopt_part(runtime_handover.adopt(runtime, handed), handed.get("agents"))
-            self.paths.runtime.joinpath("handover.json").unlink(missing_ok=True)
+            self.paths.handover.unlink(missing_ok=True)
             log.info("took over %d executions and %d shells from code %s",
                      len(handed["executions"]), len(handed["shells"]),
                      handed.get("from_code_version"))
-        context: zmq.Context[Any] = zmq.Context()
-        server = RouterServer(self.paths.endpoint, service.handle_frame, context)
+        server.handler = service.handle_frame
         upgrader = Upgrader(
             runtime=runtime, service=service,
             serving=Serving(catalog=catalog, server=server, context=context,
@@ -203,8 +213,10 @@ class Guardian:
         # the loop, do not walk those objects again.
         gc.collect()
         gc.freeze()
-        self.paths.socket.unlink(missing_ok=True)  # left by a crashed predecessor; we hold the lock
-        server.bind()
+        if handed is None:
+            # Left by a crashed predecessor; we hold the lock.
+            self.paths.socket.unlink(missing_ok=True)
+            server.bind()
         self._announce(identity, auth)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -305,6 +317,11 @@ class Guardian:
                     self._shell_end = GUARDIAN_IDLE_EXIT
                 self.request_stop(f"idle for {idle_s:g}s")
                 return
+
+
+async def _not_serving(frame: bytes) -> bytes | None:
+    """The socket's handler until the service exists (never called: nothing is read yet)."""
+    return None
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

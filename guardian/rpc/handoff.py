@@ -123,7 +123,7 @@ class Upgrader:
         self._running = True
         service = self._service
         service.handing_off = True
-        path = self._paths.runtime / "handover.json"
+        path = self._paths.handover
         argv = installed_command()
         try:
             await self._quiet(cut=False)
