@@ -330,6 +330,14 @@ async def test_the_previous_minor_gains_what_it_lacked(
         got = await call(locator, workspace, EXEC_GET, {
             **scope, "execution_id": counter.execution.execution_id})
         assert got.execution.status == "running"
+
+        # It runs other code than the installed one (this tree's): the doctor says so.
+        tether = str(Path(sys.executable).with_name("tether"))
+        done = subprocess.run([tether, "doctor"], capture_output=True, text=True, timeout=60)
+        lines = done.stdout.splitlines()
+        at = next(i for i, line in enumerate(lines) if f"runs code {NEW_VERSION}" in line)
+        assert lines[at].startswith("ACTION") and "not the installed 0.1.0" in lines[at]
+        assert f"tether guardians upgrade --workspace {workspace}" in lines[at + 1]
     finally:
         locator.close()
 
@@ -344,6 +352,12 @@ async def test_a_guardian_too_old_to_hand_over_says_what_a_restart_ends(
     service = old / "tether" / "guardian" / "rpc" / "service.py"
     service.write_text(service.read_text().replace(
         "            GUARDIAN_UPGRADE.name: self.upgrade,\n", ""))
+    # A build from before live upgrades names no code in its guardian.json and hello.
+    daemon = old / "tether" / "guardian" / "rpc" / "daemon.py"
+    text = daemon.read_text()
+    assert '"code_version": CODE_VERSION,' in text and "code_version=CODE_VERSION," in text
+    daemon.write_text(text.replace('"code_version": CODE_VERSION,', "").replace(
+        "code_version=CODE_VERSION,", "code_version=None,"))
     info = start_from(old, workspace, tether_env, protocol="1.8")
     locator = GuardianLocator(tether_env)
     try:
@@ -358,5 +372,9 @@ async def test_a_guardian_too_old_to_hand_over_says_what_a_restart_ends(
         assert "1 running execution (0 managed agents, 1 background command" in outcome.text
         assert "--restart --yes" in outcome.text
         assert psutil.Process(int(info["pid"])).is_running()
+        with pytest.raises(TetherError) as lacking:
+            await handle.call(GUARDIAN_UPGRADE, {"dry_run": True}, timeout_s=10)
+        assert "too old to hand itself over" in lacking.value.message
+        assert f"tether guardians restart --workspace {workspace} --yes" in lacking.value.message
     finally:
         locator.close()

@@ -203,6 +203,14 @@ class GuardianHandle:
         return self.liveness.stopped()
 
     @property
+    def can_hand_over(self) -> bool:
+        """This guardian can hand itself over to the installed code (docs/protocol.md#live-upgrade):
+        it advertises ``live_upgrade``, or it is of a build that serves ``guardian.upgrade``
+        whatever protocol it was told to speak (such a build names its code in guardian.json)."""
+        return str(Capability.LIVE_UPGRADE) in self.capabilities or bool(
+            self.info.get("code_version"))
+
+    @property
     def workspace_root(self) -> str:
         return str(self.info.get("workspace_root") or self.paths.runtime)
 
@@ -215,9 +223,11 @@ class GuardianHandle:
         if capability is None or str(capability) in self.capabilities:
             return
         since = minor_introducing(capability)
-        if str(Capability.LIVE_UPGRADE) in self.capabilities:
+        if self.can_hand_over:
             how = (f"To upgrade, run `{upgrade_for(self.info, self.workspace_root)}`: the "
-                   "guardian hands itself over to the installed code and keeps every terminal.")
+                   "guardian hands itself over to the installed code and keeps every terminal "
+                   f"(`{restart_for(self.info, self.workspace_root)}` would replace it and end "
+                   "them).")
         else:
             how = (f"To upgrade, run `{upgrade_for(self.info, self.workspace_root)}`: this "
                    "guardian is too old to hand itself over, so it says what a restart would "

@@ -27,7 +27,7 @@ from tether.frontend.person.term import Progress, visible
 from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import THREAD_MAX_BYTES, THREAD_MAX_RECORDS
-from tether.protocol.versions import CODE_VERSION, Capability, capabilities_for, known_minor_versions
+from tether.protocol.versions import CODE_VERSION, capabilities_for, known_minor_versions
 from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -191,7 +191,7 @@ class Doctor:
         if running_code != CODE_VERSION:
             # Older code than the installed one (or code from before guardians said theirs):
             # a live upgrade hands it over without ending anything, when it can.
-            live = str(Capability.LIVE_UPGRADE) in handle.capabilities
+            live = handle.can_hand_over
             self.add("action", f"guardian of {workspace} (pid {info.get('pid')}) runs code "
                      f"{running_code or 'from before guardians named their code'}, not the "
                      f"installed {CODE_VERSION}" + ("" if live else "; it is too old to hand itself "
@@ -210,7 +210,7 @@ class Doctor:
                      f"{', '.join(lacks)}, so calls that need them are refused "
                      "(capability_missing) until it is upgraded",
                      f"{upgrade_for(info)}  # keeps its running terminals"
-                     if str(Capability.LIVE_UPGRADE) in handle.capabilities else
+                     if handle.can_hand_over else
                      f"{restart}  # ends its running terminals; their records stay readable")
         else:
             self.add("ok", f"guardian of {workspace}: pid {info.get('pid')}, alive, protocol "

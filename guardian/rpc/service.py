@@ -266,9 +266,7 @@ class GuardianService:
             request = parse_request(obj)
             params = self._admit(request)
             method = request.method
-            log.info("DEBUG request %s %s", method, rid)
             if self.handing_off and method != HELLO.name:
-                log.info("DEBUG refused %s %s during the hand-over", method, rid)
                 raise TetherError(
                     ErrorCode.GUARDIAN_UPGRADING,
                     "the guardian is handing itself over to newly installed code (tether "
