@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import stat
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -194,9 +195,10 @@ class Guardian:
             # code before left are this code's now.
             service.adopt_part(runtime_handover.adopt(runtime, handed), handed.get("agents"))
             self.paths.handover.unlink(missing_ok=True)
-            log.info("took over %d executions and %d shells from code %s",
-                     len(handed["executions"]), len(handed["shells"]),
-                     handed.get("from_code_version"))
+            log.info("took over %d executions and %d shells from code %s, %d ms after the "
+                     "hand-over document was written", len(handed["executions"]),
+                     len(handed["shells"]), handed.get("from_code_version"),
+                     int(time.time() * 1000) - int(handed["written_unix_ms"]))
         server.handler = service.handle_frame
         upgrader = Upgrader(
             runtime=runtime, service=service,

@@ -3,14 +3,15 @@ terminal (docs/protocol.md#live-upgrade).
 
 ``guardian.upgrade`` runs in three steps:
 
-1. Quiet: every request but hello is refused (``guardian_upgrading``, nothing done) and the
-   requests already in flight are let finish what they deliver (a command typed, a prompt
-   and its receipt); nothing in the runtime may be half-way (an end marker being confirmed,
-   a write the disk refused).
-2. Try: the handover document is written (0600, in the guardian's private runtime
-   directory) and a process of the installed code loads it and exits (``--dry-run``). If it
-   fails, nothing changed: the guardian serves on and the reply is ``upgrade_failed`` with
-   the reason.
+1. Try, while the guardian serves on: the handover document of this moment is written
+   (0600, in the guardian's private runtime directory) and a process of the installed code
+   loads it and exits (``--dry-run``). If it fails, nothing changed: the reply is
+   ``upgrade_failed`` with the reason.
+2. Quiet: every request but hello is refused from now on (``guardian_upgrading``, nothing
+   done) and the requests in flight are let finish what they deliver (a command typed, a
+   prompt and its receipt); nothing in the runtime may be half-way (an end marker being
+   confirmed, a write the disk refused). Not quiet within :data:`QUIET_S`:
+   ``upgrade_failed``, and the guardian serves on.
 3. Hand over, after the reply: requests that only wait are cut (answered
    ``guardian_upgrading``; sent again, they replay their recorded outcome), then in one
    synchronous step the state is captured, the terminals frozen (their descriptors and the
@@ -26,6 +27,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -121,18 +123,22 @@ class Upgrader:
         if self._running:
             raise _failed("an upgrade of this guardian is already in progress")
         self._running = True
-        service = self._service
-        service.handing_off = True
         path = self._paths.handover
         argv = installed_command()
         try:
-            await self._quiet(cut=False)
+            # Tried while the guardian serves on: the document the dry run loads is this
+            # moment's (the one handed over is captured again at the exec).
             doc = self.document()
             write_private_file(path, json.dumps(doc).encode(), durable=False)
             started = time.monotonic()
             tried = await asyncio.to_thread(_dry_run, argv, self._principal,
                                             self._workspace_root, path)
             dry_run_ms = int((time.monotonic() - started) * 1000)
+            if not params.dry_run:
+                self._service.handing_off = True
+                began = time.monotonic()
+                await self._quiet(cut=False)
+                quiet_ms = int((time.monotonic() - began) * 1000)
         except BaseException:
             path.unlink(missing_ok=True)
             self._resume()
@@ -148,8 +154,9 @@ class Upgrader:
             path.unlink(missing_ok=True)
             self._resume()
             return result
-        log.info("handing over to %s (code %s): %s", " ".join(argv), tried["code_version"],
-                 params.reason)
+        log.info("handing over to %s (code %s): %s; dry run %d ms (%d ms of CPU), quiet "
+                 "after %d ms", " ".join(argv), tried["code_version"], params.reason,
+                 dry_run_ms, tried["cpu_ms"], quiet_ms)
         # After this reply has gone: the reply is sent when the handler returns.
         self._task = asyncio.get_running_loop().create_task(self._hand_over(argv, path))
         return result
@@ -209,8 +216,11 @@ class Upgrader:
 
     async def _hand_over(self, argv: list[str], path: Path) -> None:
         await asyncio.sleep(0)  # the upgrade's own reply leaves first
+        began = time.monotonic()
         try:
             await self._quiet(cut=True)
+            log.info("executing the installed code (quiet again after %d ms)",
+                     int((time.monotonic() - began) * 1000))
             self._exec(argv, path)  # returns only when the exec was refused
         except TetherError as err:
             log.error("upgrade abandoned after its dry run: %s", err.message)
@@ -255,6 +265,7 @@ def _dry_run(argv: list[str], principal: str, workspace_root: str,
     ``upgrade_failed`` with what it said."""
     full = [*argv, workspace_root, "--principal", principal, "--handover", str(path),
             "--dry-run"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         done = subprocess.run(full, capture_output=True, text=True, timeout=DRY_RUN_S,
                               stdin=subprocess.DEVNULL, cwd="/")
@@ -270,6 +281,9 @@ def _dry_run(argv: list[str], principal: str, workspace_root: str,
     except (ValueError, IndexError, AssertionError):
         raise _failed("the installed code's dry run said nothing readable "
                       f"({done.stdout[-500:]!r}); nothing changed") from None
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report["cpu_ms"] = int((after.ru_utime + after.ru_stime - before.ru_utime
+                            - before.ru_stime) * 1000)
     return report
 
 

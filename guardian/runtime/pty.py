@@ -185,7 +185,7 @@ class PtyRuntime:
         (same pid: it stays this process's child across ``execve``) and the terminal's
         controlling side, a descriptor kept open over the exec."""
         proc = self._proc
-        assert proc is not None and proc.fd >= 0 and self.identity is not None
+        assert proc is not None and self.identity is not None
         return {"pid": int(proc.pid), "fd": int(proc.fd), "identity": self.identity.to_dict(),
                 "rows": self.rows, "cols": self.cols, "job_leader": self._job_leader,
                 "job_front_waited": self._job_front_waited, "eof": self._eof,
