@@ -102,11 +102,15 @@ class GuardianClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
-    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
+    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float,
+                   resendable: bool = False) -> Any:
         """Send one request and return its result; raise :class:`TetherError` on error.
 
         ``timeout_s`` becomes the request's absolute deadline. When no reply comes by the
         deadline plus a grace period the call fails with ``guardian_unavailable``.
+        ``resendable``: sending it twice cannot deliver twice (a read, or a request whose
+        idempotency key replays its outcome), so it may be sent again when the connection
+        comes back unanswered (:meth:`_reconnected`).
         """
         if self._closed:
             raise TetherError(ErrorCode.GUARDIAN_UNAVAILABLE, "guardian connection is closed")
@@ -143,7 +147,8 @@ class GuardianClient:
                                 timeout_s + REPLY_GRACE_S)
         try:
             await self._send(frame, timeout_s)
-            self._sent[rid] = (frame, time.monotonic())
+            if resendable:
+                self._sent[rid] = (frame, time.monotonic())
             return await future
         finally:
             timer.cancel()
@@ -214,7 +219,9 @@ class GuardianClient:
         was never read by the guardian: a guardian that hands itself over answers every
         request it took (docs/protocol.md#live-upgrade), and a guardian that died and was
         replaced is another instance, which refuses a request addressed to the old one
-        (``wrong_guardian``). So it is sent again as it was, once."""
+        (``wrong_guardian``). So it is sent again as it was, once, when it is ``resendable``
+        (should the guardian have read it after all, a read answers again and a keyed
+        request replays its outcome)."""
         self._drain()
         for rid, (frame, sent) in list(self._sent.items()):
             future = self._pending.get(rid)

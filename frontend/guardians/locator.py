@@ -286,11 +286,14 @@ class GuardianHandle:
                 raise
             self.admit(method, params)
         name = method.name
+        resendable = method.read_only or "idempotency_key" in params or "prompt_id" in params
         if method.checker_built():
-            return method.read(await self.client.call(name, params, timeout_s=timeout_s))
+            return method.read(await self.client.call(name, params, timeout_s=timeout_s,
+                                                      resendable=resendable))
         # The first reply of this kind: its model's validator is built while the guardian
         # works on the request (1-2 ms once per method, which came on top of the call).
-        sent = asyncio.ensure_future(self.client.call(name, params, timeout_s=timeout_s))
+        sent = asyncio.ensure_future(self.client.call(name, params, timeout_s=timeout_s,
+                                                      resendable=resendable))
         try:
             await asyncio.sleep(0)  # the request goes out
             method.build_checker()
@@ -318,7 +321,7 @@ class GuardianHandle:
             hello = await self.client.call(
                 HELLO.name, {"client_min": [MAJOR, 0],
                              "client_max": list(known_minor_versions()[-1])},
-                timeout_s=HELLO_TIMEOUT_S)
+                timeout_s=HELLO_TIMEOUT_S, resendable=True)
             greeting = HelloResult.model_validate(hello)
         except (TetherError, ValidationError):
             return False  # not answering yet: the call goes on as it would have
@@ -337,7 +340,8 @@ async def ask(client: GuardianClient, method: Method[P, R], params: dict[str, An
               timeout_s: float) -> R:
     """Call ``method`` on a bare client (no handshake, no capability check: a person's
     ``tether guardians`` asking a guardian to stop); the reply as ``method.result``."""
-    return method.read(await client.call(method.name, params, timeout_s=timeout_s))
+    return method.read(await client.call(method.name, params, timeout_s=timeout_s,
+                                         resendable=method.read_only))
 
 
 class GuardianLocator:

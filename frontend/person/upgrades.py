@@ -67,7 +67,7 @@ async def _hello(info: dict[str, Any]) -> HelloResult | None:
     try:
         reply = await client.call(HELLO.name, {"client_min": [MAJOR, 0],
                                                "client_max": [latest.major, latest.minor]},
-                                  timeout_s=2.0)
+                                  timeout_s=2.0, resendable=True)
         return HelloResult.model_validate(reply)
     except TetherError:
         return None

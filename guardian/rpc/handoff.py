@@ -24,6 +24,7 @@ terminal (docs/protocol.md#live-upgrade).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.methods import UpgradeParams
 from tether.protocol.results import UpgradeResult
 from tether.protocol.transport import RouterServer
-from tether.protocol.versions import CODE_VERSION, Version
+from tether.protocol.versions import CODE_VERSION, Version, current_version
 from tether.shared.config import Config
 from tether.shared.paths import GuardianPaths, write_private_file
 from tether.shared.segments import OutputSizes
@@ -304,15 +305,14 @@ def dry_run(doc: dict[str, Any], paths: GuardianPaths, config: Config) -> dict[s
     (the agents' rooms and rule sets too), the journals are found where the document says,
     and nothing is touched (no descriptor of the guardian's is inherited). Returns the
     report the guardian before reads; raises on anything this code could not take over."""
-    from tether.guardian.agents.lifecycle import AgentLifecycle
+    # Imported here, in the dry run's own process: a guardian loads the agents' rooms only
+    # when an agent runs, and the daemon imports this module.
+    importlib.import_module("tether.guardian.agents.lifecycle")
     from tether.guardian.agents.recognize import default_rule_sets
     from tether.guardian.rpc.daemon import IMPLEMENTED
 
-    assert AgentLifecycle is not None
     default_rule_sets()
     sizes = OutputSizes(head=config.output_head_bytes, tail=config.output_tail_bytes)
     handover.check(paths.journals, sizes, doc)
-    from tether.protocol.versions import current_version
-
     return {"code_version": CODE_VERSION, "protocol": str(current_version(IMPLEMENTED)),
             "executions": len(doc["executions"])}
