@@ -10,6 +10,7 @@ change under a running guardian).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import socket
 import subprocess
@@ -210,7 +211,7 @@ async def test_upgrade_keeps_every_terminal(
              what="the counter going on")
         seen = numbers(_journal(tether_env, workspace, eid))
         assert seen == list(range(len(seen))), [
-            (a, b) for a, b in zip(seen, seen[1:], strict=False) if b != a + 1][:5]
+            (a, b) for a, b in itertools.pairwise(seen) if b != a + 1][:5]
         print(f"hand-over: {took:.2f} s from the request to the new code's first answer")
     finally:
         locator.close()
