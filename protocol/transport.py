@@ -453,9 +453,10 @@ class RouterServer:
         # runnable here it returns at once (about 1 µs).
         os.sched_yield()
 
-    def drain_now(self) -> None:
-        """Take (and start answering) every request queued now."""
-        self._drain()
+    def stop_reading(self) -> None:
+        """Read no more requests (the socket stays open for the answers already sent)."""
+        if self._loop is not None and not self._loop.is_closed() and not self._closed:
+            self._loop.remove_reader(self._fd)
 
     def close(self, linger_ms: int = 0) -> None:
         """Stop answering and close the socket. ``linger_ms``: how long replies already sent
@@ -464,7 +465,8 @@ class RouterServer:
         for task in list(self._tasks):
             task.cancel()
         if self._loop is not None and not self._loop.is_closed() and not self._closed:
-            self._loop.remove_reader(self._fd)
+            with contextlib.suppress(ValueError, KeyError):
+                self._loop.remove_reader(self._fd)
         self._closed = True
         self._sock.close(linger=linger_ms)
 

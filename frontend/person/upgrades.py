@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from tether.frontend.guardians.health import restart_for
 from tether.frontend.guardians.locator import ask, read_info
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import GUARDIAN_UPGRADE, HELLO
-from tether.protocol.results import HelloResult
+from tether.protocol.results import HelloResult, UpgradeResult
 from tether.protocol.transport import GuardianClient
 from tether.protocol.versions import MAJOR, known_minor_versions
 from tether.shared.identity import ProcessIdentity
@@ -92,8 +93,9 @@ async def upgrade(paths: GuardianPaths, root: str, *, dry_run: bool = False,
     try:
         # Asked whatever protocol the guardian speaks: a guardian of this version on serves
         # it even when told to speak an older one; an older build does not know it.
-        result = await ask(client, GUARDIAN_UPGRADE, {"reason": "tether guardians upgrade",
-                                                      "dry_run": dry_run}, timeout_s=60)
+        result = await _answer_or_announced(paths, info, ask(
+            client, GUARDIAN_UPGRADE, {"reason": "tether guardians upgrade",
+                                       "dry_run": dry_run}, timeout_s=60))
     except TetherError as err:
         if err.code == ErrorCode.UPGRADE_FAILED:
             return Outcome(1, f"upgrade_failed: {err.message}")
@@ -129,6 +131,32 @@ async def upgrade(paths: GuardianPaths, root: str, *, dry_run: bool = False,
         f"{hello.guardian_protocol} (was {result.from_code_version}, protocol "
         f"{result.from_protocol}); its {len(result.executions)} running executions went "
         f"on; {took_ms} ms from the request to its first answer."), took_ms)
+
+
+async def _answer_or_announced(paths: GuardianPaths, info: dict[str, Any],
+                               asking: Awaitable[UpgradeResult]) -> UpgradeResult:
+    """The guardian's answer to ``guardian.upgrade``, or, should that answer be lost as its
+    old code closes the connection, what the new code's guardian.json says it handed over."""
+    call = asyncio.ensure_future(asking)
+    try:
+        while not call.done():
+            await asyncio.wait({call}, timeout=TAKEOVER_POLL_S * 10)
+            now = read_info(paths) if not call.done() else None
+            if (now is not None and now["instance_id"] == info["instance_id"]
+                    and now.get("upgraded_unix_ms") is not None
+                    and now.get("upgraded_unix_ms") != info.get("upgraded_unix_ms")):
+                await asyncio.wait({call}, timeout=1.0)  # its answer may still come
+                if call.done():
+                    break
+                return UpgradeResult.model_validate({
+                    "handing_over": True,
+                    "from_code_version": str(info.get("code_version") or "unknown"),
+                    "to_code_version": str(now.get("code_version") or "unknown"),
+                    "from_protocol": str(info.get("protocol") or "unknown"),
+                    "executions": [], "dry_run_ms": 0})
+        return call.result()
+    finally:
+        call.cancel()
 
 
 async def _taken_over(info: dict[str, Any], code_version: str,

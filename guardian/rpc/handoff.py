@@ -70,8 +70,10 @@ QUIET_S = 5.0
 QUIET_POLL_S = 0.005
 #: How long the dry run of the installed code may take.
 DRY_RUN_S = 20.0
-#: How long refused and cut requests' answers may take to leave before the socket closes.
+#: How long refused and cut requests' answers may take to leave before the socket closes,
+#: and how long front-ends get to read them first.
 LINGER_MS = 1000
+ANSWERS_READ_S = 0.1
 
 #: Runs the guardian of ``argv[1]`` (a directory holding ``tether/``), whatever else is
 #: installed: a ``tether`` namespace rooted there alone.
@@ -219,7 +221,16 @@ class Upgrader:
         await asyncio.sleep(0)  # the upgrade's own reply leaves first
         began = time.monotonic()
         try:
-            await self._quiet(cut=True)
+            for _ in range(3):
+                await self._quiet(cut=True)
+                # The answers just sent (this upgrade's, the refusals, the cut waits) are read
+                # by their front-ends before the socket closes: a front-end that sees the
+                # connection close drops what it received and had not read yet.
+                await asyncio.sleep(ANSWERS_READ_S)
+                if self._blocked(cut=True) is None:
+                    break
+            else:
+                raise _failed("the guardian did not stay quiet for the exec; nothing changed")
             log.info("executing the installed code (quiet again after %d ms)",
                      int((time.monotonic() - began) * 1000))
             self._exec(argv, path)  # returns only when the exec was refused
@@ -239,7 +250,9 @@ class Upgrader:
         doc = self.document()
         write_private_file(path, json.dumps(doc).encode(), durable=False)
         handover.freeze(rt)
-        serving.server.drain_now()  # what came meanwhile is refused (guardian_upgrading)
+        # What comes from here is not read: a front-end sends it again once connected to the
+        # new code (protocol/transport: GuardianClient._reconnected).
+        serving.server.stop_reading()
         serving.catalog.close()
         serving.server.close(linger_ms=LINGER_MS)
         serving.context.term()
