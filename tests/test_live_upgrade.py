@@ -128,7 +128,7 @@ async def test_upgrade_keeps_every_terminal(
             **scope, "argv": fake_argv(plog, "--busy-seconds", "0.2"), "recognizer": "claude",
             "idempotency_key": "parent"})).agent.execution_id
         child = (await call(locator, workspace, AGENT_LAUNCH, {
-            **scope, "argv": fake_argv(clog, "--busy-seconds", "2.5"), "recognizer": "claude",
+            **scope, "argv": fake_argv(clog, "--busy-seconds", "6"), "recognizer": "claude",
             "parent_execution_id": parent, "idempotency_key": "child"})).agent.execution_id
 
         async def state(execution_id: str) -> str:
@@ -142,7 +142,9 @@ async def test_upgrade_keeps_every_terminal(
             "timeout_ms": 0})
         await until(lambda: _is(state(child), "running"), what="the child's turn")
         sleeper = await call(locator, workspace, EXEC_START, {
-            **scope, "command": "sleep 3; echo done", "idempotency_key": "sleep", "wait_ms": 0})
+            # Longer than the issue's `sleep 3`: on a loaded machine the hand-over may take
+            # that long, and the command must run across it.
+            **scope, "command": "sleep 6; echo done", "idempotency_key": "sleep", "wait_ms": 0})
         sleep_id = sleeper.execution.execution_id
         assert sleeper.execution.status == "running"
 
@@ -178,6 +180,10 @@ async def test_upgrade_keeps_every_terminal(
             proc = psutil.Process(pid)
             assert proc.is_running() and proc.ppid() == guardian_pid, (eid, pid)
         assert answers(port)
+        # The command and the agent's turn run across the hand-over.
+        across = await call(locator, workspace, EXEC_GET, {**scope, "execution_id": sleep_id})
+        assert across.execution.status == "running", across
+        assert await state(child) == "running"
 
         finished = await waiting
         assert finished.execution.execution_id == sleep_id
