@@ -6,15 +6,18 @@ The front-end normally starts it as ``tether-guardian <workspace>``, so that ``p
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
 from tether.guardian import lean  # noqa: F401  (first: before anything imports asyncio)
 from tether.guardian.rpc.daemon import Guardian
+from tether.guardian.rpc.handoff import dry_run, load_document
+from tether.guardian.runtime.handover import HandoverError
 from tether.protocol.errors import TetherError
 from tether.protocol.versions import Version, known_minor_versions
 from tether.shared.config import Config
-from tether.shared.paths import canonical_workspace, refuse_broad_workspace
+from tether.shared.paths import canonical_workspace, guardian_paths, refuse_broad_workspace
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -28,6 +31,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="advertise and honour exactly this older protocol version, e.g. 1.0 "
         f"(known: {', '.join(str(v) for v in known_minor_versions())})",
     )
+    # A live upgrade (docs/protocol.md#live-upgrade): the guardian before, this very process,
+    # re-executes itself with this code and names the state it left.
+    parser.add_argument("--handover", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -47,11 +54,18 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown protocol version {version}")
         config = Config.from_env()
         workspace = refuse_broad_workspace(canonical_workspace(workspace_arg), config)
+        handed = load_document(args.handover) if args.handover else None
+        if args.dry_run:
+            if handed is None:
+                raise ValueError("--dry-run needs --handover")
+            report = dry_run(handed, guardian_paths(config, args.principal, workspace), config)
+            print(json.dumps(report))
+            return 0
         guardian = Guardian(
             config=config, principal=args.principal, workspace_root=workspace,
-            protocol=version,
+            protocol=version, handover=handed,
         )
-    except (ValueError, TetherError) as exc:
+    except (ValueError, TetherError, OSError, HandoverError) as exc:
         print(f"tether guardian: {exc}", file=sys.stderr)
         return 2
     return guardian.run()

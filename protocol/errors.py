@@ -45,6 +45,13 @@ class ErrorCode(StrEnum):
     # An ssh:// workspace's host could not be reached (connect, bootstrap or forward failed):
     # ``data.host`` names it and ``data.ssh_error`` is ssh's own word; nothing was sent.
     HOST_UNREACHABLE = "host_unreachable"
+    # The guardian is handing itself over to newly installed code (docs/protocol.md#live-upgrade):
+    # the request was not acted upon (``input_sent`` false) or was cut at its wait; send it
+    # again (with the same idempotency key) once the guardian answers.
+    GUARDIAN_UPGRADING = "guardian_upgrading"
+    # ``guardian.upgrade`` found the installed code unable to take over (its dry run failed,
+    # or the guardian could not be brought to a quiet point): nothing changed.
+    UPGRADE_FAILED = "upgrade_failed"
     # Sessions and executions
     SESSION_MISMATCH = "session_mismatch"
     # "/", the home directory or one of its ancestors, unless the operator allows it.

@@ -60,6 +60,7 @@ from tether.protocol.methods import (
     ThreadModeParams,
     ThreadOpenParams,
     ThreadSetModeParams,
+    UpgradeParams,
     WorkspaceListParams,
 )
 from tether.protocol.results import (
@@ -90,6 +91,7 @@ from tether.protocol.results import (
     StreamResult,
     ThreadModeResult,
     ThreadOpenResult,
+    UpgradeResult,
     WaitResult,
     WaitTurnResult,
     WorkspaceListResult,
@@ -155,6 +157,8 @@ class Method(Generic[P, R]):
 
 HELLO = Method("hello", HelloParams, HelloResult, None, read_only=True, instance_optional=True)
 GUARDIAN_SHUTDOWN = Method("guardian.shutdown", ShutdownParams, ShutdownResult, None)
+GUARDIAN_UPGRADE = Method("guardian.upgrade", UpgradeParams, UpgradeResult,
+                          Capability.LIVE_UPGRADE)
 
 # -- threads -----------------------------------------------------------------------------------
 
@@ -246,7 +250,7 @@ FILES_RELEASE = Method("files.release", ReleaseTemporaryParams, ReleaseResult, C
 
 #: Every method by its wire name: what the guardian admits, and nothing else.
 METHODS: dict[str, Method[Any, Any]] = {method.name: method for method in (
-    HELLO, GUARDIAN_SHUTDOWN,
+    HELLO, GUARDIAN_SHUTDOWN, GUARDIAN_UPGRADE,
     THREAD_OPEN, THREAD_RESET_SHELL, THREAD_MODE, THREAD_SET_MODE,
     EXEC_START, EXEC_STATUS, EXEC_INPUT, EXEC_SCREEN, EXEC_LIST, EXEC_GET, EXEC_READ,
     EXEC_OBSERVE, EXEC_WAIT,

@@ -587,6 +587,11 @@ class ShutdownParams(Params):
     dry_run: bool = False  # only report what stopping would end
 
 
+class UpgradeParams(Params):
+    reason: str = Field(default="requested", max_length=200)
+    dry_run: bool = False  # only try the installed code: load the handover and exit
+
+
 #: ``exec.wait`` events that come from a recognizer's verdict, not from the record.
 RECOGNIZER_EVENTS = frozenset({"awaiting_input", "awaiting_approval", "busy"})
 

@@ -291,6 +291,24 @@ class HelloResult(Result):
     #: (and receipts) its predecessor left unfinished, now ``unknown`` (``guardian_lost``),
     #: with the processes that outlived it. Sent only when there were any.
     lost_records: list[dict[str, Any]] | None = None
+    #: The code the guardian runs (``protocol/versions.CODE_VERSION``), from 1.9.
+    code_version: str | None = None
+    #: When this process last re-executed itself with new code (``guardian.upgrade``).
+    upgraded_unix_ms: int | None = None
+
+
+class UpgradeResult(Result):
+    """``guardian.upgrade``: the installed code took its dry run; unless ``dry_run``, the
+    guardian hands itself over right after this reply (docs/protocol.md#live-upgrade)."""
+
+    handing_over: bool
+    from_code_version: str
+    to_code_version: str
+    from_protocol: str
+    #: The executions whose terminals go over to the new code.
+    executions: list[str]
+    #: How long the dry run of the installed code took.
+    dry_run_ms: int
 
 
 class ShutdownResult(Result):

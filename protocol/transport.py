@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import msgpack
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from tether.protocol import codec
 from tether.protocol.envelope import Request, parse_response
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 #: The guardian refuses frames above this size at the socket (MAXMSGSIZE) and the client
 #: refuses to send them, so a too-large request is an error, never a silent disconnect.
 MAX_MESSAGE_BYTES = codec.DEFAULT_LIMITS.max_frame_bytes
+
+#: How soon a client connects again after its guardian's side went away, doubling up to
+#: the maximum while nobody is there.
+RECONNECT_IVL_MS = 5
+RECONNECT_IVL_MAX_MS = 1000
 
 #: Extra time the client waits past a request's deadline for the guardian's own
 #: ``deadline_expired`` or late answer before giving up on the reply.
@@ -79,20 +85,34 @@ class GuardianClient:
         self._sock: zmq.Socket[Any] = zmq.Socket(self._ctx, zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.IMMEDIATE, 1)
+        # Back at once when a guardian that re-executed itself binds again (a live upgrade,
+        # docs/protocol.md#live-upgrade), backing off while nobody is there.
+        self._sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+        self._sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
         self._sock.connect(endpoint)
         self._fd = cast(int, self._sock.getsockopt(zmq.FD))
         self._pending: dict[str, asyncio.Future[Any]] = {}
+        #: Each pending request's frame and when it went out (see :meth:`_reconnected`).
+        self._sent: dict[str, tuple[bytes, float]] = {}
+        self._monitor: zmq.Socket[Any] | None = None
+        self._monitor_fd = -1
+        self._disconnected_at: float | None = None
         self._ids = itertools.count(1)
         self._prefix = os.urandom(6).hex()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        self._monitor: zmq.Socket[Any] | None = None
+        #: Called from the loop each time the connection drops (see :meth:`on_disconnect`).
+        self._disconnect_callbacks: list[Callable[[], None]] = []
 
-    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
+    async def call(self, method: str, params: dict[str, Any], *, timeout_s: float,
+                   resendable: bool = False) -> Any:
         """Send one request and return its result; raise :class:`TetherError` on error.
 
         ``timeout_s`` becomes the request's absolute deadline. When no reply comes by the
         deadline plus a grace period the call fails with ``guardian_unavailable``.
+        ``resendable``: sending it twice cannot deliver twice (a read, or a request whose
+        idempotency key replays its outcome), so it may be sent again when the connection
+        comes back unanswered (:meth:`_reconnected`).
         """
         if self._closed:
             raise TetherError(ErrorCode.GUARDIAN_UNAVAILABLE, "guardian connection is closed")
@@ -129,10 +149,13 @@ class GuardianClient:
                                 timeout_s + REPLY_GRACE_S)
         try:
             await self._send(frame, timeout_s)
+            if resendable:
+                self._sent[rid] = (frame, time.monotonic())
             return await future
         finally:
             timer.cancel()
             self._pending.pop(rid, None)
+            self._sent.pop(rid, None)
 
     async def _send(self, frame: bytes, timeout_s: float) -> None:
         # IMMEDIATE=1: nothing is queued unless a guardian is connected. Try at once (the
@@ -160,9 +183,57 @@ class GuardianClient:
         if self._loop is not loop:
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(self._fd)
+                if self._monitor is not None:
+                    self._loop.remove_reader(self._monitor_fd)
             loop.add_reader(self._fd, self._drain)
+            if self._monitor is None:
+                self._monitor = self._sock.get_monitor_socket(
+                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+                self._monitor_fd = cast(int, self._monitor.getsockopt(zmq.FD))
+            loop.add_reader(self._monitor_fd, self._watch_connection)
             self._loop = loop
+            loop.call_soon(self._watch_connection)  # edge-triggered: events may be queued
         return loop
+
+    def _watch_connection(self) -> None:
+        """The connection's events: a disconnect noted, a connection after it handled."""
+        monitor = self._monitor
+        while monitor is not None and not self._closed:
+            try:
+                if not cast(int, _get(monitor, _EVENTS)) & _POLLIN:
+                    return
+                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))["event"]
+            except zmq.ZMQError:
+                return
+            if event == zmq.EVENT_DISCONNECTED:
+                self._disconnected_at = time.monotonic()
+                for callback in self._disconnect_callbacks:
+                    callback()
+            elif (event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+                  and self._disconnected_at is not None):
+                self._reconnected(self._disconnected_at)
+                self._disconnected_at = None
+
+    def _reconnected(self, disconnected_at: float) -> None:
+        """Connected again after the guardian's side went away (a live upgrade re-executes
+        the guardian: the same process binds the same endpoint again).
+
+        Every reply the guardian sent before it closed its side is read first (they come
+        before the disconnect). A request sent before the disconnect and still unanswered
+        was never read by the guardian: a guardian that hands itself over answers every
+        request it took (docs/protocol.md#live-upgrade), and a guardian that died and was
+        replaced is another instance, which refuses a request addressed to the old one
+        (``wrong_guardian``). So it is sent again as it was, once, when it is ``resendable``
+        (should the guardian have read it after all, a read answers again and a keyed
+        request replays its outcome)."""
+        self._drain()
+        for rid, (frame, sent) in list(self._sent.items()):
+            future = self._pending.get(rid)
+            if sent < disconnected_at and future is not None and not future.done():
+                self._sent[rid] = (frame, time.monotonic())
+                with contextlib.suppress(zmq.ZMQError):
+                    _send(self._sock, frame, _NOBLOCK)
+        self._drain()
 
     def _drain(self) -> None:
         """Take every queued reply and resolve its caller's future."""
@@ -220,50 +291,28 @@ class GuardianClient:
         drops (a socket forwarded over SSH whose link went away: the guardian behind it may
         be fine, but no reply to what was sent can come back on that connection).
 
-        A socket monitor, watched like the socket itself; nothing on the request path.
+        Told by the socket's monitor (:meth:`_watch_connection`), which is watched like the
+        socket itself; nothing on the request path.
         """
-        if self._monitor is not None or self._closed:
+        if self._closed:
             return
-        loop = self._attach()
-        monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        fd = cast(int, monitor.getsockopt(zmq.FD))
-        self._monitor = monitor
-
-        def drain() -> None:
-            dropped = False
-            while self._monitor is monitor:
-                try:
-                    if not cast(int, _get(monitor, _EVENTS)) & _POLLIN:
-                        break
-                    monitor.recv_multipart(_NOBLOCK)
-                except zmq.ZMQError:
-                    break
-                dropped = True
-            if dropped:
-                callback()
-
-        loop.add_reader(fd, drain)
-        loop.call_soon(drain)  # edge-triggered: an event may be queued already
-
-    def _close_monitor(self) -> None:
-        monitor, self._monitor = self._monitor, None
-        if monitor is None:
-            return
-        if self._loop is not None and not self._loop.is_closed():
-            with contextlib.suppress(ValueError, OSError, zmq.ZMQError):
-                self._loop.remove_reader(cast(int, monitor.getsockopt(zmq.FD)))
-        with contextlib.suppress(zmq.ZMQError):
-            self._sock.disable_monitor()
-        monitor.close(linger=0)
+        self._disconnect_callbacks.append(callback)
+        self._attach()  # watch from now on, not only from the first call
 
     def close(self) -> None:
         """Close the socket; pending calls fail with ``guardian_unavailable``."""
         if self._closed:
             return
-        self._close_monitor()
         self._closed = True
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._fd)
+            if self._monitor is not None:
+                self._loop.remove_reader(self._monitor_fd)
+        if self._monitor is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+            self._monitor.close(linger=0)
+            self._monitor = None
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(
@@ -325,7 +374,8 @@ class RouterServer:
 
     def __init__(self, endpoint: str, handler: Handler, context: zmq.Context[Any]) -> None:
         self.endpoint = endpoint
-        self._handler = handler
+        #: Answers each frame (may be set until :meth:`serve` begins).
+        self.handler = handler
         self._sock: zmq.Socket[Any] = zmq.Socket(context, zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -379,7 +429,7 @@ class RouterServer:
             self._start(identity, frame)
 
     def _start(self, identity: bytes, frame: bytes) -> None:
-        coro = self._handler(frame)
+        coro = self.handler(frame)
         try:
             first = coro.send(None)
         except StopIteration as done:
@@ -420,14 +470,22 @@ class RouterServer:
         # runnable here it returns at once (about 1 µs).
         os.sched_yield()
 
-    def close(self) -> None:
-        """Stop answering and close the socket."""
+    def stop_reading(self) -> None:
+        """Read no more requests (the socket stays open for the answers already sent)."""
+        if self._loop is not None and not self._loop.is_closed() and not self._closed:
+            self._loop.remove_reader(self._fd)
+
+    def close(self, linger_ms: int = 0) -> None:
+        """Stop answering and close the socket. ``linger_ms``: how long replies already sent
+        may still take to leave (the context's ``term`` waits for them), instead of being
+        dropped."""
         for task in list(self._tasks):
             task.cancel()
         if self._loop is not None and not self._loop.is_closed() and not self._closed:
-            self._loop.remove_reader(self._fd)
+            with contextlib.suppress(ValueError, KeyError):
+                self._loop.remove_reader(self._fd)
         self._closed = True
-        self._sock.close(linger=0)
+        self._sock.close(linger=linger_ms)
 
 
 class _Resumed:

@@ -56,6 +56,10 @@ class Capability(StrEnum):
     #: them and written atomically, each thread's managed temporary directory and the
     #: release of its helpers (docs/tools.md#readfiles, docs/tools.md#editfiles).
     FILES = "files"
+    #: ``guardian.upgrade``: the guardian re-executes itself with the installed code (same
+    #: process, same children, same terminals) and keeps serving; its hello then reports
+    #: the new version and ``code_version``.
+    LIVE_UPGRADE = "live_upgrade"
 
 
 class Version(NamedTuple):
@@ -89,8 +93,13 @@ CAPABILITY_HISTORY: dict[int, frozenset[Capability]] = {
     6: frozenset({Capability.MODE_SANDBOX, Capability.LINE_LIMITS}),
     7: frozenset({Capability.LIST_PAGES}),
     8: frozenset({Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG}),
-    9: frozenset({Capability.APPROVALS, Capability.FILES}),
+    9: frozenset({Capability.APPROVALS, Capability.FILES, Capability.LIVE_UPGRADE}),
 }
+
+#: The code this build is (the package's version): what a guardian reports as
+#: ``code_version`` in its hello and guardian.json, and what ``tether doctor`` compares
+#: with the installed one. A guardian that announces none runs code older than this field.
+CODE_VERSION = "0.1.0"
 
 
 def capabilities_for(version: Version) -> frozenset[Capability]:

@@ -944,6 +944,65 @@ def bench_agent_cascade(run: Run) -> None:
           f"target {c50 / 500:.2f})")
 
 
+async def upgrade_handoff(workspace: Path, rounds: int = 3,
+                          executions: int = 20) -> tuple[list[float], list[float], list[float]]:
+    """A live upgrade of a guardian with ``executions`` live executions (background commands
+    printing a line every 50 ms): from ``guardian.upgrade`` sent to the first call the new
+    code answers, and from its reply (the old code answers no more) to that call, against a
+    fresh guardian's start (spawned to its first answered hello)."""
+    from tether.frontend.guardians.locator import GuardianLocator, read_info
+    from tether.frontend.person.upgrades import _answer_or_announced, _taken_over
+    from tether.protocol.method_table import EXEC_START, GUARDIAN_UPGRADE, THREAD_OPEN
+    from tether.shared.paths import guardian_paths
+
+    config = Config.from_env()
+    root = str(workspace)
+    paths = guardian_paths(config, "local", root)
+    fresh: list[float] = []
+    handoffs: list[float] = []
+    gaps: list[float] = []
+    locator = GuardianLocator(config)
+    try:
+        for _ in range(rounds):  # a fresh start: no guardian, until its first answer
+            stop_guardians(config.runtime_dir)
+            start = time.perf_counter()
+            await locator.handle(root)
+            fresh.append(time.perf_counter() - start)
+            locator.forget(root)
+        opened = await locator.call(root, THREAD_OPEN, {"principal": "local",
+                                                        "workspace_root": root}, timeout_s=15)
+        scope = {"principal": "local", "workspace_root": root, "thread_id": opened.thread_id}
+        for i in range(executions):
+            await locator.call(root, EXEC_START, {
+                **scope, "background": True, "idempotency_key": uuid.uuid4().hex,
+                "command": f"while :; do echo {i}-$SECONDS; sleep 0.05; done"}, timeout_s=15)
+        handle = await locator.handle(root)
+        for _ in range(rounds):
+            info = read_info(paths)
+            assert info is not None
+            start = time.perf_counter()
+            result = await _answer_or_announced(paths, info, handle.call(
+                GUARDIAN_UPGRADE, {"reason": "bench"}, timeout_s=60))
+            replied = time.perf_counter()
+            assert result.handing_over, result
+            hello = await _taken_over(info, result.to_code_version, paths)
+            handoffs.append(time.perf_counter() - start)
+            gaps.append(time.perf_counter() - replied)
+            assert hello is not None, "the new code did not answer"
+    finally:
+        locator.close()
+    return handoffs, gaps, fresh
+
+
+def bench_upgrade(run: Run) -> None:
+    handoff, gaps, fresh = asyncio.run(upgrade_handoff(run.workspace))
+    h50, g50, f50 = _pct(handoff, .5), _pct(gaps, .5), _pct(fresh, .5)
+    print(f"[upgrade] live upgrade with 20 live executions, request to first answered call: "
+          f"p50 {h50:.2f} s  max {max(handoff):.2f} s (target <= 1 s), of which the old "
+          f"code's last answer to the new code's first: p50 {g50:.2f} s; a fresh guardian's "
+          f"start to its first answer {f50:.2f} s; ratio {h50 / f50:.2f}")
+
+
 #: Every bench, in the order a full run takes them. Add yours here.
 BENCHES: dict[str, Callable[[Run], None]] = {
     "floor": bench_floor,
@@ -958,6 +1017,7 @@ BENCHES: dict[str, Callable[[Run], None]] = {
     "restart": bench_restart,
     "agent_list": bench_agent_list,
     "agent_cascade": bench_agent_cascade,
+    "upgrade": bench_upgrade,
     "observe": bench_observe,
     "ssh": bench_ssh,
 }

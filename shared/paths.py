@@ -148,6 +148,12 @@ class GuardianPaths:
         return self.runtime / "start.lock"
 
     @property
+    def handover(self) -> Path:
+        """A live upgrade's handover document (docs/protocol.md#live-upgrade): there while the
+        guardian hands itself over to the installed code."""
+        return self.runtime / "handover.json"
+
+    @property
     def info(self) -> Path:
         return self.runtime / "guardian.json"
 

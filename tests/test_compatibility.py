@@ -362,6 +362,8 @@ async def test_doctor_asks_to_restart_a_guardian_older_than_this_front_end(
     assert lines[at].startswith("ACTION"), lines[at]
     lacks = capabilities_for(known_minor_versions()[-1]) - capabilities_for(Version(1, 5))
     assert f"lacks {', '.join(sorted(lacks))}," in lines[at], lines[at]
+    # A guardian of this build, told to speak 1.5, can hand itself over to the installed
+    # code (docs/protocol.md#live-upgrade): upgrade, which keeps its terminals, is the fix.
     assert lines[at + 1].strip().startswith(
-        f"fix: tether guardians restart --workspace {workspace} --yes"), lines[at + 1]
+        f"fix: tether guardians upgrade --workspace {workspace}"), lines[at + 1]
     assert "nothing needs action" not in done.stdout

@@ -33,6 +33,19 @@ def restart_command(workspace_root: str, principal: str = "local") -> str:
             "--yes")
 
 
+def upgrade_command(workspace_root: str, principal: str = "local") -> str:
+    """The command that hands the guardian of ``workspace_root`` over to the installed code,
+    keeping its terminals (docs/protocol.md#live-upgrade)."""
+    who = "" if principal == "local" else f" --principal {shlex.quote(principal)}"
+    return f"tether guardians upgrade --workspace {shlex.quote(workspace_root)}{who}"
+
+
+def upgrade_for(info: dict[str, Any], workspace_root: str | None = None) -> str:
+    """:func:`upgrade_command` for the guardian described by its ``guardian.json``."""
+    root = workspace_root or str(info.get("workspace_root") or "?")
+    return upgrade_command(root, str(info.get("principal") or "local"))
+
+
 def restart_for(info: dict[str, Any], workspace_root: str | None = None) -> str:
     """:func:`restart_command` for the guardian described by its ``guardian.json``."""
     root = workspace_root or str(info.get("workspace_root") or "?")

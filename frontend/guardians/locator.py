@@ -29,7 +29,14 @@ import filelock
 from pydantic import ValidationError
 
 from tether.frontend import usage
-from tether.frontend.guardians.health import is_stopped, restart_for, stat_state, stopped, unresponsive
+from tether.frontend.guardians.health import (
+    is_stopped,
+    restart_for,
+    stat_state,
+    stopped,
+    unresponsive,
+    upgrade_for,
+)
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_CANONICAL_LINE_BYTES, long_line
 from tether.protocol.method_table import HELLO, Method
@@ -52,6 +59,11 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 15.0
 HELLO_TIMEOUT_S = 3.0
+#: While a guardian hands itself over to new code: how long a call is sent again, and how
+#: often (docs/protocol.md#live-upgrade).
+UPGRADE_WAIT_S = 30.0
+UPGRADE_RETRY_S = 0.01
+UPGRADE_RECHECK_S = 1.0
 
 P = TypeVar("P", bound=Params)
 R = TypeVar("R", bound=Result)
@@ -155,6 +167,9 @@ class GuardianHandle:
     lost_records: list[dict[str, Any]] = field(default_factory=list)
     #: Opened on the first check: a handle only looked at (``tether ls``) holds no pidfd.
     liveness: Liveness | None = None
+    #: guardian.json's modification time when this handle handshook: a guardian that
+    #: upgraded itself since (docs/protocol.md#live-upgrade) wrote it again.
+    info_mtime_ns: int = 0
 
     @property
     def instance_id(self) -> str:
@@ -192,6 +207,14 @@ class GuardianHandle:
         return self.liveness.stopped()
 
     @property
+    def can_hand_over(self) -> bool:
+        """This guardian can hand itself over to the installed code (docs/protocol.md#live-upgrade):
+        it advertises ``live_upgrade``, or it is of a build that serves ``guardian.upgrade``
+        whatever protocol it was told to speak (such a build names its code in guardian.json)."""
+        return str(Capability.LIVE_UPGRADE) in self.capabilities or bool(
+            self.info.get("code_version"))
+
+    @property
     def workspace_root(self) -> str:
         return str(self.info.get("workspace_root") or self.paths.runtime)
 
@@ -209,13 +232,20 @@ class GuardianHandle:
         if capability is None or str(capability) in self.capabilities:
             return
         since = minor_introducing(capability)
-        upgrade = f"`{restart_for(self.info, self.workspace_root)}`"
+        if self.can_hand_over:
+            how = (f"To upgrade, run `{upgrade_for(self.info, self.workspace_root)}`: the "
+                   "guardian hands itself over to the installed code and keeps every terminal "
+                   f"(`{restart_for(self.info, self.workspace_root)}` would replace it and end "
+                   "them).")
+        else:
+            how = (f"To upgrade, run `{upgrade_for(self.info, self.workspace_root)}`: this "
+                   "guardian is too old to hand itself over, so it says what a restart would "
+                   f"end before `{restart_for(self.info, self.workspace_root)}` stops it "
+                   "(its running terminals end; their records stay readable).")
         raise TetherError(
             ErrorCode.CAPABILITY_MISSING,
             f"{why}The guardian for this workspace speaks protocol {self.version}, which lacks "
-            f"'{capability}' (added in protocol {since}). Nothing was sent. {advice}"
-            f"To upgrade, run {upgrade}: it stops the old guardian, which ends its running "
-            "terminals (their records stay readable).",
+            f"'{capability}' (added in protocol {since}). Nothing was sent. {advice}{how}",
             {
                 "capability": str(capability),
                 "guardian_protocol": str(self.version),
@@ -257,13 +287,22 @@ class GuardianHandle:
         """Call ``method`` with its params as a wire map (the guardian validates them against
         ``method.params``: a model built here as well would check every call twice); the
         reply comes back as ``method.result``, checked."""
-        self.admit(method, params)
+        try:
+            self.admit(method, params)
+        except TetherError as err:
+            # A guardian that upgraded itself since the handshake has what it lacked then.
+            if err.code != ErrorCode.CAPABILITY_MISSING or not await self.refresh():
+                raise
+            self.admit(method, params)
         name = method.name
+        resendable = method.read_only or "idempotency_key" in params or "prompt_id" in params
         if method.checker_built():
-            return method.read(await self.client.call(name, params, timeout_s=timeout_s))
+            return method.read(await self.client.call(name, params, timeout_s=timeout_s,
+                                                      resendable=resendable))
         # The first reply of this kind: its model's validator is built while the guardian
         # works on the request (1-2 ms once per method, which came on top of the call).
-        sent = asyncio.ensure_future(self.client.call(name, params, timeout_s=timeout_s))
+        sent = asyncio.ensure_future(self.client.call(name, params, timeout_s=timeout_s,
+                                                      resendable=resendable))
         try:
             await asyncio.sleep(0)  # the request goes out
             method.build_checker()
@@ -273,11 +312,45 @@ class GuardianHandle:
             raise
 
 
+    async def refresh(self) -> bool:
+        """Handshake again if this guardian re-executed itself with new code since
+        (docs/protocol.md#live-upgrade: the same process, instance and token, a guardian.json
+        written again): True when it did and this handle now has its new version and
+        capabilities. One ``stat`` when nothing changed."""
+        try:
+            mtime = self.paths.info.stat().st_mtime_ns
+        except OSError:
+            return False
+        if mtime == self.info_mtime_ns:
+            return False
+        info = read_info(self.paths)
+        if info is None or info["instance_id"] != self.info["instance_id"]:
+            return False
+        try:
+            hello = await self.client.call(
+                HELLO.name, {"client_min": [MAJOR, 0],
+                             "client_max": list(known_minor_versions()[-1])},
+                timeout_s=HELLO_TIMEOUT_S, resendable=True)
+            greeting = HelloResult.model_validate(hello)
+        except (TetherError, ValidationError):
+            return False  # not answering yet: the call goes on as it would have
+        if greeting.instance_id != self.info["instance_id"]:
+            return False
+        self.info_mtime_ns = mtime
+        self.info = info
+        self.version = Version(*greeting.version)
+        self.client.version = self.version
+        changed = frozenset(greeting.capabilities) != self.capabilities
+        self.capabilities = frozenset(greeting.capabilities)
+        return changed
+
+
 async def ask(client: GuardianClient, method: Method[P, R], params: dict[str, Any], *,
               timeout_s: float) -> R:
     """Call ``method`` on a bare client (no handshake, no capability check: a person's
     ``tether guardians`` asking a guardian to stop); the reply as ``method.result``."""
-    return method.read(await client.call(method.name, params, timeout_s=timeout_s))
+    return method.read(await client.call(method.name, params, timeout_s=timeout_s,
+                                         resendable=method.read_only))
 
 
 class GuardianLocator:
@@ -345,7 +418,7 @@ class GuardianLocator:
             handle = await self.handle(workspace_root, thread_id)
         try:
             with usage.phase(usage.phase_for_method(method)):
-                return await handle.call(method, params, timeout_s=timeout_s)
+                return await self._upgrade_aware(handle, method, params, timeout_s)
         except TetherError as err:
             if err.code not in (ErrorCode.GUARDIAN_UNAVAILABLE, ErrorCode.WRONG_GUARDIAN):
                 raise
@@ -408,6 +481,38 @@ class GuardianLocator:
         """The ``ssh://`` workspaces this locator is connected to now (docs/hosts.md#a-fleet-seen-as-one)."""
         return [root for root, handle in self._handles.items()
                 if is_remote(root) and handle.alive()]
+
+    async def _upgrade_aware(self, handle: GuardianHandle, method: Method[P, R],
+                             params: dict[str, Any], timeout_s: float) -> R:
+        """:meth:`GuardianHandle.call`, sent again while the guardian hands itself over to
+        new code (``guardian_upgrading``, docs/protocol.md#live-upgrade) when that cannot
+        deliver twice: a read, a request refused before it did anything, or one whose
+        idempotency key (or prompt id) replays what it delivered."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + UPGRADE_WAIT_S
+        while True:
+            announced = _mtime_ns(handle.paths.info)
+            try:
+                return await handle.call(method, params, timeout_s=timeout_s)
+            except TetherError as err:
+                # Nobody listened for a moment: the guardian's old code has closed its socket
+                # and the new one is starting (its handover document is still there).
+                between = (err.code == ErrorCode.GUARDIAN_UNAVAILABLE
+                           and err.data.get("input_sent") is False
+                           and handle.paths.handover.exists() and handle.alive())
+                if (err.code != ErrorCode.GUARDIAN_UPGRADING and not between) or (
+                        loop.time() >= give_up):
+                    raise
+                replays = "idempotency_key" in params or "prompt_id" in params
+                if not (method.read_only or err.data.get("input_sent") is False or replays):
+                    raise
+            # Sent again once the new code has announced itself (a request sent while the
+            # old code closes its socket would be lost with it), or after a while (an
+            # upgrade that failed: the guardian serves on).
+            again = min(give_up, loop.time() + UPGRADE_RECHECK_S)
+            while _mtime_ns(handle.paths.info) == announced and loop.time() < again:
+                await asyncio.sleep(UPGRADE_RETRY_S)
+            await handle.refresh()
 
     def forget(self, workspace_root: str) -> None:
         handle = self._handles.pop(workspace_root, None)
@@ -502,6 +607,7 @@ class GuardianLocator:
         if is_stopped(identity.pid):
             # A handshake would wait out its deadline: say it at once, and start nothing.
             raise stopped(info, where)
+        info_mtime = _mtime_ns(paths.info)
         client = new_client(info, info["endpoint"])
         asked = time.monotonic()
         try:
@@ -520,7 +626,8 @@ class GuardianLocator:
             return None
         return GuardianHandle(paths, info, identity, client, client.version,
                               frozenset(greeting.capabilities),
-                              reconciled=list(greeting.lost_records or []))
+                              reconciled=list(greeting.lost_records or []),
+                              info_mtime_ns=info_mtime)
 
     def _start_locked(self, paths: GuardianPaths, workspace_root: str) -> bool:
         """Under the start lock: spawn a new guardian (which reconciles what a dead one left
@@ -560,6 +667,13 @@ def _delivery_unknown(method: Method[Any, Any], host: str, then: str,
         f"{host} do not depend on the connection.",
         {"input_sent": "unknown", "delivery": "unknown", "host": host,
          **({"idempotency_key": key} if key else {})})
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def read_info(paths: GuardianPaths) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from tether.frontend.guardians.locator import START_TIMEOUT_S, GuardianLocator, 
 from tether.frontend.person.connect import workspace_arg
 from tether.frontend.person.doctor import lock_holders
 from tether.frontend.person.term import Progress, visible
+from tether.frontend.person.upgrades import RESTART_ASKED, upgrade
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.method_table import GUARDIAN_SHUTDOWN, HELLO
 from tether.protocol.transport import GuardianClient
@@ -270,6 +271,21 @@ def main(argv: list[str] | None = None) -> int:
         "of `tether serve --http`); --principal names another than local.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every guardian of this user (every principal)")
+    up = sub.add_parser("upgrade", help="hand a guardian over to the installed code, keeping "
+                        "every terminal (a guardian too old for that: only with --restart)")
+    where = up.add_mutually_exclusive_group(required=True)
+    where.add_argument("--workspace", type=workspace_arg,
+                       help="workspace root (relative to the current directory, or absolute)")
+    where.add_argument("--all", action="store_true",
+                       help="every guardian that announced itself, of every principal (of "
+                       "--principal only, when given)")
+    up.add_argument("--principal", help="the principal the guardian serves (default: local)")
+    up.add_argument("--dry-run", action="store_true",
+                    help="only try the installed code on the guardian's state; change nothing")
+    up.add_argument("--restart", action="store_true",
+                    help="a guardian too old to hand itself over is restarted (with --yes), "
+                    "which ends its running terminals")
+    up.add_argument("--yes", action="store_true", help="with --restart: really restart it")
     for name, help_ in (("status", "one workspace's guardian"),
                         ("stop", "stop a workspace's guardian, or with --all every guardian "
                                  "(ends their terminals)"),
@@ -308,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "stop" and args.all:
             return _stop_all(config, args.principal, yes=args.yes)
+        if args.command == "upgrade":
+            return _upgrade_command(config, args)
         principal = args.principal or "local"
         root = canonical_workspace(args.workspace)
         if args.command == "status":
@@ -328,19 +346,57 @@ def main(argv: list[str] | None = None) -> int:
         stopped = _stop(config, root, principal, yes=args.yes)
         if args.command == "stop" or stopped != 0:
             return stopped
-
-        async def start() -> dict[str, Any]:
-            locator = GuardianLocator(config, principal)
-            try:
-                handle = await locator.handle(root)
-                return {"instance_id": handle.instance_id, "protocol": str(handle.version)}
-            finally:
-                locator.close()
-
-        with Progress("starting a guardian"):
-            started = asyncio.run(start())
-        _say(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
-        return 0
+        return _start(config, root, principal)
     except TetherError as err:
         print(f"tether guardians: {visible(err.message)}", file=sys.stderr)
         return 2
+
+
+def _start(config: Config, root: str, principal: str) -> int:
+    """Start the guardian of ``root`` with this version (the second half of ``restart``)."""
+
+    async def start() -> dict[str, Any]:
+        locator = GuardianLocator(config, principal)
+        try:
+            handle = await locator.handle(root)
+            return {"instance_id": handle.instance_id, "protocol": str(handle.version)}
+        finally:
+            locator.close()
+
+    with Progress("starting a guardian"):
+        started = asyncio.run(start())
+    _say(f"started guardian {started['instance_id']} (protocol {started['protocol']})")
+    return 0
+
+
+def _upgrade_command(config: Config, args: argparse.Namespace) -> int:
+    """``upgrade --workspace`` or ``--all``: each guardian handed over to the installed code
+    (docs/protocol.md#live-upgrade); one too old for that restarted only with --restart --yes."""
+    if args.all:
+        targets = [(str(info["workspace_root"]), str(info.get("principal") or "local"))
+                   for info in _all_infos(config) if info.get("alive")
+                   and isinstance(info.get("workspace_root"), str)
+                   and (args.principal is None or (info.get("principal") or "local")
+                        == args.principal)]
+        if not targets:
+            _say("no guardian is running; nothing to upgrade")
+            return 0
+    else:
+        targets = [(canonical_workspace(args.workspace), args.principal or "local")]
+    statuses = []
+    for root, principal in targets:
+        paths = _paths(config, root, principal)
+        if paths is None:
+            _say(f"no guardian was ever started for {root}; nothing to upgrade")
+            statuses.append(0)
+            continue
+        with Progress(f"upgrading the guardian of {root}"):
+            outcome = asyncio.run(upgrade(paths, root, dry_run=args.dry_run,
+                                          restart=args.restart, yes=args.yes))
+        if outcome.status == RESTART_ASKED:
+            stopped = _stop(config, root, principal, yes=True)
+            statuses.append(stopped if stopped else _start(config, root, principal))
+            continue
+        _say(outcome.text)
+        statuses.append(outcome.status)
+    return max(statuses)

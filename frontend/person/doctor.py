@@ -20,14 +20,14 @@ from typing import Any
 
 import psutil
 
-from tether.frontend.guardians.health import measured, restart_for
+from tether.frontend.guardians.health import measured, restart_for, upgrade_for
 from tether.frontend.guardians.locator import GuardianLocator
 from tether.frontend.person.connect import announced
 from tether.frontend.person.term import Progress, visible
 from tether.frontend.usage import DEFAULT_MAX_BYTES, KEEP_ROTATED
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import THREAD_MAX_BYTES, THREAD_MAX_RECORDS
-from tether.protocol.versions import capabilities_for, known_minor_versions
+from tether.protocol.versions import CODE_VERSION, capabilities_for, known_minor_versions
 from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -198,6 +198,17 @@ class Doctor:
                      "not answer", f"kill {info.get('pid')}  # the next call starts a new one")
             return
         handle.client.close()
+        running_code = info.get("code_version")
+        if running_code != CODE_VERSION:
+            # Older code than the installed one (or code from before guardians said theirs):
+            # a live upgrade hands it over without ending anything, when it can.
+            live = handle.can_hand_over
+            self.add("action", f"guardian of {workspace} (pid {info.get('pid')}) runs code "
+                     f"{running_code or 'from before guardians named their code'}, not the "
+                     f"installed {CODE_VERSION}" + ("" if live else "; it is too old to hand itself "
+                                          "over, so only a restart upgrades it"),
+                     upgrade_for(info) + ("  # keeps its terminals" if live else
+                                          f"  # says what a restart ends; then: {restart}"))
         latest = known_minor_versions()[-1]
         caps = ", ".join(sorted(handle.capabilities))
         lacks = sorted(str(c) for c in capabilities_for(latest) - capabilities_for(handle.version))
@@ -208,7 +219,9 @@ class Doctor:
             self.add("action", f"guardian of {workspace} (pid {info.get('pid')}) speaks protocol "
                      f"{handle.version}, older than this Tether's {latest}: it lacks "
                      f"{', '.join(lacks)}, so calls that need them are refused "
-                     "(capability_missing) until it is restarted",
+                     "(capability_missing) until it is upgraded",
+                     f"{upgrade_for(info)}  # keeps its running terminals"
+                     if handle.can_hand_over else
                      f"{restart}  # ends its running terminals; their records stay readable")
         else:
             self.add("ok", f"guardian of {workspace}: pid {info.get('pid')}, alive, protocol "

@@ -427,6 +427,34 @@ class AgentLifecycle:
             {"agent": self.view(record), "events": self.store.events(params.execution_id,
                                                                      EVENTS_IN_GET)})
 
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def handover_blocked(self) -> str | None:
+        """Why the agents cannot be handed over at this instant (None: they can): an archive
+        cascade, a notice being typed into a parent, an agent being stopped or cancelled."""
+        if any(not task.done() for task in self._tasks):
+            return "an agent task (an archive cascade) is running"
+        if self.notices.busy():
+            return "a notice is being typed into a managed parent"
+        if self.runtimes.stopping():
+            return "an agent is being stopped"
+        if self._cancelling:
+            return "an agent's interrupt is being pressed"
+        return None
+
+    def adopt(self, entries: list[dict[str, Any]]) -> None:
+        """Take over the agents' runtimes (``entries``: the runtime room left them to this
+        room); notices that came due meanwhile are delivered."""
+        for entry in entries:
+            record = self.store.get(entry["execution_id"])
+            if record is None:
+                raise ValueError(f"agent {entry['execution_id']} has no record")
+            self.runtimes.adopt(record, entry)
+        for entry in entries:
+            record = self.store.get(entry["execution_id"])
+            if record is not None and record["agent_state"] == "idle":
+                self.notices.deliver_soon(entry["execution_id"])
+
     # -- guardian lifecycle ----------------------------------------------------------------
 
     async def shutdown(self) -> None:

@@ -104,6 +104,10 @@ class NoticeDesk:
         return AgentNotificationsResult.model_validate(
             {"notifications": with_approvals(rows, self.store.catalog), "cursor": cursor})
 
+    def busy(self) -> bool:
+        """A notice is being typed into a parent right now."""
+        return any(not task.done() for task in self._tasks)
+
     def deliver_soon(self, parent_id: str) -> None:
         """Type pending notices into ``parent_id`` if it is a live managed agent awaiting input."""
         parent = self.store.get(parent_id)

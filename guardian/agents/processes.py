@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.guardian.runtime import kernel
+from tether.guardian.runtime.handover import adopt_own_terminal
 from tether.guardian.runtime.live import LiveExecution
 from tether.guardian.runtime.pty import ExitStatus, PtyRuntime
 from tether.guardian.terminal.screen import TerminalScreen
@@ -114,6 +115,17 @@ class AgentRuntimes:
         self._rt.live.add(live)
         self._watch.start(record, live)  # "auto": the recognizer chosen at launch
         return live
+
+    def adopt(self, record: dict[str, Any], entry: dict[str, Any]) -> LiveExecution:
+        """An agent's runtime the code before a live upgrade ran, taken over: its process
+        adopted, its exit handled as ever, its turn watched from its last logged state."""
+        live = adopt_own_terminal(self._rt, entry, self._exited)
+        self._watch.start(record, live)
+        return live
+
+    def stopping(self) -> bool:
+        """Some agent's runtime is being ended on purpose right now."""
+        return bool(self._stopping)
 
     # -- watch -----------------------------------------------------------------------------
 

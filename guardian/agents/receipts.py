@@ -40,6 +40,7 @@ from tether.guardian.agents.drafts import abbreviated, clear_draft, draft_on
 from tether.guardian.agents.recognize import Recognition, ScreenView, UnknownRecognizerError, recognize
 from tether.guardian.agents.turns import READY_STATES, recognize_record, refresh
 from tether.guardian.runtime.inputs import refuse_long_line
+from tether.guardian.runtime.waits import only_waiting
 from tether.protocol.envelope import Request
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import MAX_PROMPT_BYTES
@@ -327,6 +328,7 @@ class PromptDesk:
     ) -> None:
         """Wait until the watch has seen the turn come back, the runtime end, or
         ``timeout_s`` pass; the facts are the watch's (see :meth:`_complete`)."""
+        only_waiting()  # the receipt is written: a live upgrade may cut the wait from here
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not receipt["wait_reached"] and not live.done.is_set():
@@ -338,6 +340,19 @@ class PromptDesk:
             verdict = self._watch.current(receipt["execution_id"])
             if verdict is not None:
                 receipt["state"] = verdict.state
+
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def handover(self) -> list[Any]:
+        """The delivered receipts the watch still completes: ``[payload, receipt]`` each."""
+        return [[payload, receipt] for following in self._open.values()
+                for payload, receipt in following.values()]
+
+    def adopt(self, handed: list[Any]) -> None:
+        """Go on completing the receipts the code before a live upgrade followed (and judge
+        the turn rows written meanwhile at once)."""
+        for payload, receipt in handed:
+            self._follow(str(payload), dict(receipt))
 
     # -- completion from the turn log ------------------------------------------------------
 

@@ -173,6 +173,23 @@ class TurnWatch:
         return {"state": last.to_state, "attention": None, "rule": last.rule,
                 "recognizer": last.recognizer, "reason": "last_recorded"}
 
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def handover(self) -> list[dict[str, Any]]:
+        """The executions watched besides managed agents (whose watch starts with their
+        runtime), with the recognizer each was asked about."""
+        return [{"execution_id": execution_id, "recognizer": watched.recognizer}
+                for execution_id, watched in self._watched.items()
+                if watched.live.kind != "agent" and self.watching(execution_id) is watched]
+
+    def adopt(self, handed: list[dict[str, Any]]) -> None:
+        """Watch again what the code before a live upgrade watched (runtimes adopted first)."""
+        for item in handed:
+            live = self._live.get(item["execution_id"])
+            record = self._catalog.get_execution(item["execution_id"])
+            if live is not None and record is not None:
+                self.start(record, live, item["recognizer"])
+
     # -- looking ---------------------------------------------------------------------------
 
     async def _run(self, watched: Watched) -> None:

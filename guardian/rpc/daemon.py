@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import stat
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,21 @@ from typing import Any
 import zmq
 
 from tether.guardian.history.reconcile import reconcile_lost
+from tether.guardian.rpc.handoff import Serving, Upgrader
 from tether.guardian.rpc.memory import QuietTrimmer
 from tether.guardian.rpc.service import GuardianService
+from tether.guardian.runtime import handover as runtime_handover
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.caps import RunningCaps
 from tether.guardian.runtime.threads import GUARDIAN_IDLE_EXIT, GUARDIAN_STOPPED, process_env
 from tether.protocol.transport import RouterServer
-from tether.protocol.versions import Capability, Version, capabilities_for, current_version
+from tether.protocol.versions import (
+    CODE_VERSION,
+    Capability,
+    Version,
+    capabilities_for,
+    current_version,
+)
 from tether.shared.clock import Clock
 from tether.shared.config import Config
 from tether.shared.identity import ProcessIdentity
@@ -50,6 +59,7 @@ IMPLEMENTED = frozenset({
     Capability.REPLACE_DRAFT, Capability.LAUNCH_ENV, Capability.TURN_LOG,
     Capability.APPROVALS,
     Capability.FILES,
+    Capability.LIVE_UPGRADE,
 })
 
 #: How often the guardian checks that its socket file is still its own.
@@ -74,7 +84,11 @@ class Guardian:
         workspace_root: str,
         protocol: Version | None = None,
         clock: Clock | None = None,
+        handover: dict[str, Any] | None = None,
     ) -> None:
+        """``handover``: this very process ran a guardian until it re-executed itself with
+        this code (docs/protocol.md#live-upgrade): the document it left, taken over here
+        (same instance id, token, lock and children)."""
         self.config = config
         self.principal = principal
         self.workspace_root = workspace_root
@@ -83,7 +97,12 @@ class Guardian:
         self.capabilities = capabilities_for(self.version)
         if not self.capabilities <= IMPLEMENTED:
             raise ValueError(f"this build cannot speak protocol {self.version}")
-        self.instance_id = str(uuid.uuid4())
+        self._handover = handover
+        self.instance_id = (str(handover["guardian"]["instance_id"]) if handover is not None
+                            else str(uuid.uuid4()))
+        self._started_ms = (int(handover["guardian"]["started_unix_ms"]) if handover is not None
+                            else self.clock.now_ms())
+        self._upgraded_ms = self.clock.now_ms() if handover is not None else None
         self.paths: GuardianPaths = guardian_paths(config, principal, workspace_root)
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -99,7 +118,14 @@ class Guardian:
         # the guardian (about 1 MB resident; docs/development.md#benchmarks idle RSS). The descriptor is not
         # inherited by the shells (os.open makes it close-on-exec); the kernel drops the lock
         # if this process dies.
-        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        if self._handover is not None:
+            # The lock's descriptor, kept open over the exec: the lock is still ours (a
+            # flock belongs to the open file, which this process never let go of).
+            fd = int(self._handover["guardian"]["lock_fd"])
+            os.set_inheritable(fd, False)
+        else:
+            fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = fd
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -113,6 +139,18 @@ class Guardian:
 
     async def _main(self) -> None:
         os.umask(0o077)
+        handed = self._handover
+        context: zmq.Context[Any] = zmq.Context()
+        # Its handler is the service's, set once the service exists (nothing is read before
+        # serve()). A live upgrade binds the socket first (front-ends connected before
+        # reconnect at once, and their requests wait in the socket), a fresh start once it
+        # is ready to serve.
+        server = RouterServer(self.paths.endpoint, _not_serving, context)
+        if handed is not None:
+            self.paths.socket.unlink(missing_ok=True)  # the code before closed it; ours now
+            server.bind()
+        else:
+            self.paths.handover.unlink(missing_ok=True)  # a hand-over that never finished
         catalog = Catalog(self.paths.catalog, self.clock)
         catalog.checkpoint_in_background()  # no commit on the loop waits for a disk sync
         # Before anything is answered: what a dead predecessor left running is unknown now
@@ -140,7 +178,7 @@ class Guardian:
         runtime.retention.sweep_soon(runtime.live.protected)
         identity = ProcessIdentity.of(os.getpid())
         assert identity is not None
-        auth = secrets.token_hex(32)
+        auth = str(handed["guardian"]["auth_token"]) if handed else secrets.token_hex(32)
         service = GuardianService(
             runtime=runtime,
             instance_id=self.instance_id,
@@ -154,17 +192,38 @@ class Guardian:
             reconciled=lost,
             notify_command=self.config.notify_command,
             notify_timeout_s=self.config.notify_timeout_s,
+            code_version=CODE_VERSION,
+            upgraded_unix_ms=self._upgraded_ms,
         )
-        context: zmq.Context[Any] = zmq.Context()
-        server = RouterServer(self.paths.endpoint, service.handle_frame, context)
+        if handed is not None:
+            # Before anything is answered: the terminals, shells, agents and receipts the
+            # code before left are this code's now.
+            service.adopt_part(runtime_handover.adopt(runtime, handed), handed.get("agents"))
+            self.paths.handover.unlink(missing_ok=True)
+            log.info("took over %d executions and %d shells from code %s, %d ms after the "
+                     "hand-over document was written", len(handed["executions"]),
+                     len(handed["shells"]), handed.get("from_code_version"),
+                     int(time.time() * 1000) - int(handed["written_unix_ms"]))
+        server.handler = service.handle_frame
+        upgrader = Upgrader(
+            runtime=runtime, service=service,
+            serving=Serving(catalog=catalog, server=server, context=context,
+                            lock_fd=self._lock_fd, auth_token=auth,
+                            started_unix_ms=self._started_ms),
+            paths=self.paths, principal=self.principal, workspace_root=self.workspace_root,
+            version=self.version, instance_id=self.instance_id,
+            agents=lambda: service.agents_if_built)
+        service.set_upgrader(upgrader.upgrade)
         # Start-up (imports, the catalog, the rooms) leaves cyclic garbage behind: collect it
         # once, before serving, so its memory can be trimmed; then freeze what survives (the
         # modules and classes, alive for good) so that later full collections, which run on
         # the loop, do not walk those objects again.
         gc.collect()
         gc.freeze()
-        self.paths.socket.unlink(missing_ok=True)  # left by a crashed predecessor; we hold the lock
-        server.bind()
+        if handed is None:
+            # Left by a crashed predecessor; we hold the lock.
+            self.paths.socket.unlink(missing_ok=True)
+            server.bind()
         self._announce(identity, auth)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -203,9 +262,12 @@ class Guardian:
             "auth_token": auth,
             "principal": self.principal,
             "workspace_root": self.workspace_root,
-            "started_unix_ms": self.clock.now_ms(),
+            "started_unix_ms": self._started_ms,
             "log": str(self.paths.log),
+            "code_version": CODE_VERSION,
         }
+        if self._upgraded_ms is not None:
+            info["upgraded_unix_ms"] = self._upgraded_ms
         write_private_file(self.paths.info, json.dumps(info, indent=2).encode())
 
     def _withdraw(self) -> None:
@@ -262,6 +324,11 @@ class Guardian:
                     self._shell_end = GUARDIAN_IDLE_EXIT
                 self.request_stop(f"idle for {idle_s:g}s")
                 return
+
+
+async def _not_serving(frame: bytes) -> bytes | None:
+    """The socket's handler until the service exists (never called: nothing is read yet)."""
+    return None
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

@@ -8,6 +8,7 @@ any handler runs, so a refused request never acts.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from tether.guardian.agents.receipts import PromptDesk
 from tether.guardian.agents.turns import Turns
 from tether.guardian.agents.watch import TurnWatch
 from tether.guardian.history.idempotency import IdempotencyLedger
+from tether.guardian.runtime import waits
 from tether.guardian.runtime.assembly import Runtime
 from tether.guardian.runtime.eager import in_task
 from tether.guardian.runtime.file_desk import FileDesk
@@ -42,6 +44,7 @@ from tether.protocol.method_table import (
     EXEC_START,
     EXEC_STATUS,
     GUARDIAN_SHUTDOWN,
+    GUARDIAN_UPGRADE,
     HELLO,
     METHODS,
     THREAD_OPEN,
@@ -57,6 +60,7 @@ from tether.protocol.methods import (
     ResetShellParams,
     ShutdownParams,
     ThreadOpenParams,
+    UpgradeParams,
     params_capability,
     validation_error,
 )
@@ -68,6 +72,7 @@ from tether.protocol.results import (
     Result,
     ShutdownResult,
     ThreadOpenResult,
+    UpgradeResult,
 )
 from tether.protocol.versions import MAJOR, Capability, Version
 from tether.shared.clock import Clock
@@ -79,6 +84,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request, Any], Awaitable[Result]]
+UpgradeHandler = Callable[[Request, UpgradeParams], Awaitable[UpgradeResult]]
 
 #: Methods answered straight from the socket's reader callback, with no task: they never
 #: wait for an event (at most for a screen catch-up) and never enter asyncio.timeout().
@@ -91,6 +97,11 @@ IMMEDIATE = frozenset(method.name for method in (
 #: first wait and move into a task themselves (``runtime/eager.in_task``) before any timeout.
 #: A command is typed without a loop turn first; the turn is taken while the shell runs it.
 EAGER = frozenset({EXEC_START.name})
+
+#: Methods this build serves whatever protocol it was told to speak (``--protocol``): an
+#: older protocol emulated limits what front-ends may use, not what its operator may do. A
+#: live upgrade is how such a guardian gets the newer protocol (docs/protocol.md#live-upgrade).
+ALWAYS_SERVED = frozenset({GUARDIAN_UPGRADE.name})
 
 #: Time kept back from a request's deadline so the answer reaches the client in time.
 REPLY_MARGIN_S = 0.05
@@ -131,8 +142,20 @@ class GuardianService:
         reconciled: list[dict[str, Any]] | None = None,
         notify_command: tuple[str, ...] = (),
         notify_timeout_s: float = 10.0,
+        code_version: str | None = None,
+        upgraded_unix_ms: int | None = None,
     ) -> None:
         self._rt = runtime
+        self.code_version = code_version
+        self.upgraded_unix_ms = upgraded_unix_ms
+        #: While the guardian hands itself over to new code (docs/protocol.md#live-upgrade):
+        #: every request but hello is refused, ``guardian_upgrading``, and a request cut at
+        #: its wait is answered so.
+        self.handing_off = False
+        #: Requests admitted and not yet answered, and the tasks of those that run in one.
+        self.in_flight = 0
+        self._request_tasks: set[asyncio.Task[Any]] = set()
+        self._on_upgrade: UpgradeHandler | None = None
         #: What this guardian reconciled at start (``hello`` says it: ``lost_records``).
         self._reconciled = reconciled or []
         self._ledger = IdempotencyLedger(runtime.catalog)
@@ -149,6 +172,7 @@ class GuardianService:
         self._handlers: dict[str, Handler] = {
             HELLO.name: self.hello,
             GUARDIAN_SHUTDOWN.name: self.shutdown,
+            GUARDIAN_UPGRADE.name: self.upgrade,
             THREAD_OPEN.name: self.thread_open,
             THREAD_RESET_SHELL.name: self.reset_shell,
             EXEC_START.name: self.exec_start,
@@ -211,6 +235,26 @@ class GuardianService:
             self._agents = lifecycle
         return self._agents
 
+    def handover_part(self) -> dict[str, Any]:
+        """This room's part of a live upgrade's handover document: the receipts the watch
+        still completes and the executions it watches besides managed agents (whose watch
+        starts again with their runtime)."""
+        return {"receipts": self._desk.handover(), "watches": self._watch.handover()}
+
+    def adopt_part(self, agents: list[dict[str, Any]], part: dict[str, Any] | None) -> None:
+        """Take over the agents' runtimes the runtime room left (``agents``), then the
+        watches and receipts in progress (``part``: :meth:`handover_part`)."""
+        if agents:
+            self.agents.adopt(agents)
+        if part is not None:
+            self._watch.adopt(part["watches"])
+            self._desk.adopt(part["receipts"])
+
+    @property
+    def agents_if_built(self) -> AgentLifecycle | None:
+        """The agent lifecycle, if some method built it (no agent ever ran here: None)."""
+        return self._agents
+
     async def shutdown_agents(self) -> None:
         """Guardian stopping: end live agents (none if the lifecycle was never built), and
         run the operator hook no more."""
@@ -231,19 +275,34 @@ class GuardianService:
     async def handle_frame(self, frame: bytes) -> bytes | None:
         """Answer one frame. Never raises: every failure becomes an error reply."""
         rid: str | None = None
+        method = ""
+        counted = False
         try:
             obj = codec.decode(frame)
             rid = request_id_of(obj)
             request = parse_request(obj)
             params = self._admit(request)
+            method = request.method
+            if self.handing_off and method != HELLO.name:
+                raise TetherError(
+                    ErrorCode.GUARDIAN_UPGRADING,
+                    "the guardian is handing itself over to newly installed code (tether "
+                    "guardians upgrade); nothing was done. Send the request again in a moment: "
+                    "the same guardian answers it, with the new code.",
+                    {"input_sent": False, "retry": True},
+                )
             self._modes.guard(request)  # input checked against another mode is never typed
             self._on_activity()
             # Expired records of every thread, not only the threads in use (docs/tools.md#retention): lazily,
             # a sweep at most every second or so, in batches after this request.
             self._rt.retention.sweep_soon(self._rt.live.protected)
-            if request.method not in IMMEDIATE and request.method not in EAGER:
+            self.in_flight += 1
+            counted = True
+            if method not in IMMEDIATE and method not in EAGER:
                 await in_task()  # a method that waits runs all of it in a task (eager.py)
-            result = await self._handlers[request.method](request, params)
+                if METHODS[method].read_only:
+                    self.only_waiting()  # a read: a live upgrade may cut it at any wait
+            result = await self._handlers[method](request, params)
             if not isinstance(result, Result):
                 # A handler still building a plain map: its reply is checked all the same.
                 result = METHODS[request.method].result.model_validate(result)
@@ -253,6 +312,10 @@ class GuardianService:
             return reply
         except TetherError as err:
             return codec.encode(error_response(self.version, rid, err))
+        except asyncio.CancelledError:
+            if not self.handing_off:
+                raise
+            return codec.encode(error_response(self.version, rid, _cut(method)))
         except StoreError as exc:
             log.warning("catalog write failed: %s", exc)
             refused = storage_unavailable(self._rt.catalog.path, exc)
@@ -261,6 +324,36 @@ class GuardianService:
             log.exception("handler failed")
             internal = TetherError(ErrorCode.INTERNAL, "the guardian hit an internal error; see its log")
             return codec.encode(error_response(self.version, rid, internal))
+        finally:
+            if counted:
+                self.in_flight -= 1
+                task = asyncio.current_task()
+                if task is not None:
+                    self._request_tasks.discard(task)
+                waits.done(task)
+
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def only_waiting(self) -> None:
+        """The current request delivers nothing more: a live upgrade may cut it from here
+        (``runtime/waits``)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._request_tasks.add(task)
+            waits.only_waiting()
+
+    def waiting_requests(self) -> set[asyncio.Task[Any]]:
+        """Request tasks that only wait now (what a live upgrade cuts)."""
+        return waits.waiting_tasks() & self._request_tasks
+
+    def set_upgrader(self, handler: UpgradeHandler) -> None:
+        self._on_upgrade = handler
+
+    async def upgrade(self, request: Request, params: UpgradeParams) -> UpgradeResult:
+        if self._on_upgrade is None:
+            raise TetherError(ErrorCode.UPGRADE_FAILED, "this guardian cannot hand itself over",
+                              {"input_sent": False})
+        return await self._on_upgrade(request, params)
 
     def _admit(self, request: Request) -> Params:
         """Every check that must pass before a handler may act (docs/protocol.md#envelope,
@@ -277,7 +370,8 @@ class GuardianService:
         method = METHODS.get(request.method)
         if method is None:
             raise TetherError(ErrorCode.UNKNOWN_METHOD, f"unknown method {request.method!r}")
-        self._require(method.capability)
+        if method.name not in ALWAYS_SERVED:
+            self._require(method.capability)
         if not method.instance_optional and request.guardian_instance_id != self.instance_id:
             raise TetherError(
                 ErrorCode.WRONG_GUARDIAN,
@@ -340,6 +434,8 @@ class GuardianService:
             "workspace_root": self._rt.scope.workspace_root,
             "principal": self._rt.scope.principal,
             **({"lost_records": self._reconciled} if self._reconciled else {}),
+            **({"code_version": self.code_version} if self.code_version else {}),
+            **({"upgraded_unix_ms": self.upgraded_unix_ms} if self.upgraded_unix_ms else {}),
         })
         return result
 
@@ -374,6 +470,7 @@ class GuardianService:
                 params, write_timeout_s=min(remaining, 5.0), claim=claim),
         )
         await in_task()  # typed already (EAGER): this loop turn overlaps the shell's work
+        self.only_waiting()  # its key holds the outcome: a repeat replays it, types nothing
         reply = await self._rt.results.wait(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
@@ -396,8 +493,23 @@ class GuardianService:
             params,
             lambda: self._rt.inputs.send(params, write_timeout_s=min(remaining, 5.0)),
         )
+        self.only_waiting()  # its key holds the outcome: a repeat replays it, types nothing
         result = await self._rt.results.settle(
             outcome["execution_id"], min(params.wait_ms / 1000, self._remaining_s(request))
         )
         result.input = InputOutcome.model_validate(await self._rt.inputs.observe(outcome))
         return result
+
+
+def _cut(method: str) -> TetherError:
+    """The answer to a request a live upgrade cut at its wait (``runtime/waits``)."""
+    read = METHODS[method].read_only if method in METHODS else False
+    return TetherError(
+        ErrorCode.GUARDIAN_UPGRADING,
+        "the guardian handed itself over to newly installed code while this request waited; "
+        + ("nothing was changed. " if read else
+           "what it delivered is recorded under its idempotency key (or prompt id), so sending "
+           "it again replays that and delivers nothing twice. ")
+        + "Send it again in a moment: the same guardian answers it, with the new code.",
+        {"input_sent": not read, "retry": True, "cut_at_wait": True},
+    )

@@ -183,6 +183,10 @@ class Finisher:
         if not self._catalog.update_execution_or_keep(execution_id, **fields):
             self._schedule_retry()
 
+    def settled(self) -> bool:
+        """Nothing waits to be written again (every end and journal byte is on disk)."""
+        return self._retry is None
+
     def _schedule_retry(self) -> None:
         if self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)

@@ -115,9 +115,14 @@ class MarkerScanner:
     The common chunk has no OSC at all and costs one ``bytes.find``.
     """
 
-    def __init__(self, nonce: str) -> None:
+    def __init__(self, nonce: str, carry: bytes = b"") -> None:
         self._tag = f"aid={nonce}".encode()
-        self._carry = b""
+        #: The end of the last chunk that may begin a marker (handed over by a live upgrade).
+        self._carry = carry
+
+    @property
+    def carry(self) -> bytes:
+        return self._carry
 
     def feed(self, data: bytes) -> Iterator[bytes | Marker]:
         """Yield byte runs and markers in stream order."""

@@ -53,6 +53,11 @@ class ChangeNotifier:
         """State notifications so far: the ``since`` of an ``output=False`` wait."""
         return self._state.seq
 
+    def resume_counts(self, output_seq: int, state_seq: int) -> None:
+        """Go on counting from where the code before a live upgrade stopped."""
+        self._output.seq = output_seq
+        self._state.seq = state_seq
+
     def notify_output(self) -> None:
         """New output arrived. Cheap enough for the PTY reader's hot path."""
         self._output.fire()

@@ -23,6 +23,7 @@ import termios
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ptyprocess import PtyProcess
 
@@ -179,6 +180,74 @@ class PtyRuntime:
             self._abandon(proc)
             raise
         return identity
+
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def handover(self) -> dict[str, Any]:
+        """What the code that takes this process over needs to go on watching it: the child
+        (same pid: it stays this process's child across ``execve``) and the terminal's
+        controlling side, a descriptor kept open over the exec."""
+        proc = self._proc
+        assert proc is not None and self.identity is not None
+        return {"pid": int(proc.pid), "fd": int(proc.fd), "identity": self.identity.to_dict(),
+                "rows": self.rows, "cols": self.cols, "job_leader": self._job_leader,
+                "job_front_waited": self._job_front_waited, "eof": self._eof,
+                "argv": self.argv}
+
+    def handover_blocked(self) -> str | None:
+        """Why this runtime cannot be handed over at this instant (None: it can). An exit
+        already reaped but not yet reported (its terminal still drains) is settled within
+        :data:`DRAIN_BOUND_S`; one being typed into is settled when the typing ends."""
+        if self._proc is None or self._proc.fd < 0:
+            return "its terminal is closed"
+        if self.exit_status is not None:
+            return "its exit is being reported"
+        if self._input_claim is not None:
+            return "input is being typed into it"
+        return None
+
+    def freeze_for_exec(self) -> None:
+        """Stop watching (no reader, no pidfd) and let the terminal's descriptor survive the
+        exec. The child is not touched: whatever it writes meanwhile waits in the terminal,
+        and its exit waits as a zombie for the new code's ``waitpid``."""
+        proc, loop = self._proc, self._loop
+        assert proc is not None and proc.fd >= 0
+        if loop is not None:
+            loop.remove_reader(proc.fd)
+            if self._pidfd is not None:
+                loop.remove_reader(self._pidfd)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        os.set_inheritable(proc.fd, True)
+
+    @classmethod
+    def adopt(cls, handed: Mapping[str, Any], *, on_output: Callable[[bytes], None],
+              on_exit: Callable[[ExitStatus], None]) -> PtyRuntime:
+        """The runtime an earlier code of this process started (:meth:`handover`), watched
+        again from here: output read from where the terminal holds it, and the exit seen
+        through a new pidfd (a child that ended during the exec is a zombie: its pidfd is
+        readable at once, and ``waitpid`` gives its true status)."""
+        runtime = cls(list(handed["argv"]), env={}, cwd="/", rows=int(handed["rows"]),
+                      cols=int(handed["cols"]), on_output=on_output, on_exit=on_exit,
+                      job_leader=bool(handed["job_leader"]))
+        runtime._job_front_waited = bool(handed["job_front_waited"])
+        loop = asyncio.get_running_loop()
+        runtime._loop = loop
+        fd, pid = int(handed["fd"]), int(handed["pid"])
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+        proc = PtyProcess(pid, fd)
+        proc.argv = runtime.argv
+        runtime._proc = proc
+        identity = ProcessIdentity.from_dict(handed["identity"])
+        runtime.identity = identity or ProcessIdentity(pid, 0.0, boot_id())
+        runtime._eof = bool(handed["eof"])
+        runtime._pidfd = os.pidfd_open(pid)
+        loop.add_reader(runtime._pidfd, runtime._child_exited)
+        if not runtime._eof:
+            loop.add_reader(fd, runtime._read_available)
+        return runtime
 
     def _abandon(self, proc: PtyProcess) -> None:
         """Kill and reap a child that cannot be watched, and release its terminal."""

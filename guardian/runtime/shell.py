@@ -31,7 +31,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tether.guardian.runtime import kernel, sandbox
 from tether.guardian.runtime.answers import AnswerGate
@@ -120,7 +120,10 @@ class MainShell:
         cols: int,
         listener: ShellListener,
         sandboxed: bool = False,
+        handed: Mapping[str, Any] | None = None,
     ) -> None:
+        """``handed``: the state of this very shell as the code before a live upgrade left
+        it (:meth:`handover`); its process is adopted by :meth:`adopt`, not started."""
         self.thread_id = thread_id
         #: Started inside the architect sandbox (``sandbox.py``), for its whole life.
         self.sandboxed = sandboxed
@@ -129,15 +132,20 @@ class MainShell:
         self.cwd = cwd if os.path.isdir(cwd) else str(Path.home())
         self._scratch = scratch
         self._listener = listener
-        nonce = secrets.token_hex(8)
-        self._scanner = MarkerScanner(nonce)
+        if handed is not None:
+            self.cwd = str(handed["cwd"])
+        nonce = str(handed["nonce"]) if handed is not None else secrets.token_hex(8)
+        self.nonce = nonce
+        self._scanner = MarkerScanner(
+            nonce, bytes.fromhex(handed["scanner_carry"]) if handed is not None else b"")
         self.rc_path = scratch / f"bashrc-{thread_id}-{generation}"
-        handed = sandbox.RC_FD if sandboxed else None
-        write_private_file(self.rc_path,
-                           rc_text(nonce, str(self.rc_path), handed_fd=handed).encode())
+        rc_fd = sandbox.RC_FD if sandboxed else None
+        if handed is None:
+            write_private_file(self.rc_path,
+                               rc_text(nonce, str(self.rc_path), handed_fd=rc_fd).encode())
         argv = ["bash", "--rcfile", str(self.rc_path), "-i"]
         if sandboxed:
-            argv = sandbox.wrap(["bash", "--rcfile", f"/dev/fd/{handed}", "-i"],
+            argv = sandbox.wrap(["bash", "--rcfile", f"/dev/fd/{rc_fd}", "-i"],
                                 str(self.rc_path))
         self.screen = TerminalScreen(cols=cols, rows=rows, respond=self._respond)
         self.runtime = PtyRuntime(
@@ -187,6 +195,53 @@ class MainShell:
 
     def start(self) -> ProcessIdentity:
         return self.runtime.start()
+
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def handover_blocked(self) -> str | None:
+        """Why this shell's state cannot be handed over at this instant (None: it can): an
+        end marker the kernel has not confirmed yet, a check for a discarded line, a draw
+        still pending. Each settles within moments."""
+        if self._end is not None or self._unseen_start is not None:
+            return "an end marker is being checked"
+        if self._discard_check:
+            return "a discarded command line is being checked"
+        if self._pending_draw is not None or self._stderr_note is not None:
+            return "its final screen is being drawn"
+        return self.runtime.handover_blocked()
+
+    def handover(self) -> dict[str, Any]:
+        """This shell's state for the code that takes it over: its process and terminal, the
+        marker scanner's nonce and carry, and where its command stands."""
+        return {
+            "thread_id": self.thread_id, "generation": self.generation, "cwd": self.cwd,
+            "sandboxed": self.sandboxed, "nonce": self.nonce,
+            "scanner_carry": self._scanner.carry.hex(), "ready": self.ready.is_set(),
+            "current": self.current.execution_id if self.current is not None else None,
+            "in_command": self._in_command, "command_no": self._command_no,
+            "awaiting_start": self._awaiting_start,
+            "command_file": str(self._command_file) if self._command_file else None,
+            "stderr_at_prompt": self._stderr_at_prompt, "stderr_unsure": self._stderr_unsure,
+            "markers_seen": self._markers_seen, "runtime": self.runtime.handover(),
+        }
+
+    def adopt(self, handed: Mapping[str, Any], current: LiveExecution | None) -> None:
+        """Go on with the shell the code before left (:meth:`handover`): its process, and
+        ``current``, the execution its running command line belongs to."""
+        self.runtime = PtyRuntime.adopt(handed["runtime"], on_output=self._on_output,
+                                        on_exit=self._on_exit)
+        self.screen.flow = self.runtime.set_reading
+        self._answers = AnswerGate(self.runtime, self._command_running)
+        if handed["ready"]:
+            self.ready.set()
+        self.current = current
+        self._in_command = bool(handed["in_command"])
+        self._command_no = int(handed["command_no"])
+        self._awaiting_start = bool(handed["awaiting_start"])
+        self._command_file = Path(handed["command_file"]) if handed["command_file"] else None
+        self._stderr_at_prompt = handed["stderr_at_prompt"]
+        self._stderr_unsure = bool(handed["stderr_unsure"])
+        self._markers_seen = int(handed["markers_seen"])
 
     @property
     def alive(self) -> bool:

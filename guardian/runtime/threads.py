@@ -376,6 +376,31 @@ class Threads:
     def output_arrived(self) -> None:
         self._notifier.notify_output()
 
+    # -- live upgrade (docs/protocol.md#live-upgrade) --------------------------------------
+
+    def handover(self) -> dict[str, Any]:
+        """What lives only here besides the shells themselves: the notices of shells
+        replaced without a reset, and the cwd last written to each thread's row."""
+        return {"replaced": dict(self._replaced), "saved_cwd": dict(self._saved_cwd)}
+
+    def adopt(self, handed: dict[str, Any], shells: list[dict[str, Any]]) -> list[MainShell]:
+        """The main shells the code before a live upgrade ran, taken over (their processes
+        adopted, their commands' executions attached by the caller)."""
+        self._replaced.update(handed["replaced"])
+        self._saved_cwd.update(handed["saved_cwd"])
+        adopted = []
+        for state in shells:
+            thread_id = state["thread_id"]
+            shell = MainShell(
+                thread_id=thread_id, generation=int(state["generation"]), cwd=state["cwd"],
+                env={}, scratch=self._paths.scratch, rows=int(state["runtime"]["rows"]),
+                cols=int(state["runtime"]["cols"]), listener=self,
+                sandboxed=bool(state["sandboxed"]), handed=state)
+            shell.adopt(state, None)
+            self._shells[thread_id] = shell
+            adopted.append(shell)
+        return adopted
+
     # -- shutdown --------------------------------------------------------------------------
 
     def hangup_all(self, reason: str = GUARDIAN_STOPPED) -> None:

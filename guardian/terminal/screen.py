@@ -130,6 +130,8 @@ class TerminalScreen:
         self._quiet: asyncio.TimerHandle | None = None  # looks for output going quiet
         self._last_feed = 0.0  # time.monotonic() of the last feed
         self._idle = False  # output went quiet with a backlog: catch it up now
+        #: Answers to queries in the first bytes fed are dropped (:meth:`replay`).
+        self._mute_until = 0
 
     @property
     def bytes_fed(self) -> int:
@@ -187,6 +189,13 @@ class TerminalScreen:
             return
         self._idle = True
         self._start_driver()
+
+    def replay(self, data: bytes) -> None:
+        """Feed output the program wrote before this screen existed (a live upgrade rebuilds
+        a screen from its journal's tail): emulated like any output, but the queries in it
+        were answered when they were new, so they are not answered again."""
+        self._mute_until = self._fed + len(data)
+        self.feed(data)
 
     def snapshot(self) -> ScreenSnapshot:
         """Bring emulation up to date and return the screen.
@@ -294,7 +303,7 @@ class TerminalScreen:
         self._busy = not self._plain
         self._emulated = self._job_end
         replies, self._replies[:] = self._replies[:], []
-        if self._respond is not None:
+        if self._respond is not None and self._job_end > self._mute_until:
             for reply in replies:
                 self._respond(reply)
         if self._waiters:

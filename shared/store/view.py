@@ -217,6 +217,20 @@ def left_running(path: Path, owner: str) -> int:
         db.close()
 
 
+def running_by_kind(path: Path, owner: str) -> dict[str, int]:
+    """How many records the guardian ``owner`` (an instance id) runs now, by kind
+    (``command``, ``background``, ``agent``), read-only: what stopping it would end."""
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = db.execute("SELECT kind, count(*) FROM executions WHERE status = 'running'"
+                          " AND guardian_instance_id = ? GROUP BY kind", (owner,)).fetchall()
+    finally:
+        db.close()
+    return {str(kind): int(count) for kind, count in rows}
+
+
 def catalog_figures(path: Path, thread_max_records: int) -> CatalogFigures:
     """The records and threads of a live guardian's catalog, read-only (``mode=ro`` follows
     its writer), with the threads holding more than ``thread_max_records`` records."""
