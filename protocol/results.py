@@ -166,6 +166,8 @@ class ExecutionRecord(Result):
     recognition: RecognitionSummary | None = None
     #: In ``exec.wait``'s ``changed``: the turn-log rows after the cursor, oldest first.
     transitions: list[TurnRow] | None = None
+    #: In ``exec.wait``'s ``changed``: it had ended before a wait without a cursor began.
+    ended_before_wait: bool | None = None
 
 
 @with_config(ConfigDict(extra="allow"))

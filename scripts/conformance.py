@@ -131,7 +131,7 @@ def _start_tether(work: Path, token: str) -> tuple[subprocess.Popen[bytes], int,
             [str(tether), "serve", "--http", "--host", TETHER_HOST, "--port", "0",
              "--principals", str(principals)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-    for _ in range(200):
+    for _ in range(600):  # 30 s: a start on a loaded 2-core machine took over 10
         found = re.search(r"at http://127\.0\.0\.3:(\d+)/mcp", log.read_text())
         if found:
             return proc, int(found.group(1)), log

@@ -202,6 +202,47 @@ async def test_wait_timeout_and_exit(client: Client, workspace: Path) -> None:
     assert waited["data"]["changed"][0]["exit_code"] == 0
 
 
+async def test_a_wait_on_what_has_already_ended_answers_at_once(
+        client: Client, workspace: Path) -> None:
+    """Without ``after`` the wait starts now, yet an execution that has ended can change no
+    more: the reply says at once that it ended, with its exit code, not a timeout after the
+    whole wait. Beside a running one, only the ended one is in ``changed``; with a cursor
+    taken after the end nothing is new (the cursor's meaning is kept)."""
+    session = await initialize(client, workspace)
+    ended = await run(client, session, "(exit 3)")
+    assert (ended["status"], ended["exit_code"]) == ("exited", 3)
+    eid = ended["execution_id"]
+    running = await bash(client, session, {"type": "command", "command": "sleep 30",
+                                           "is_background": True})
+    for events in (None, ["exited"], ["awaiting_input"]):
+        action: dict[str, Any] = {"type": "wait", "execution_ids": [eid, running["execution_id"]],
+                                  "timeout_seconds": 20}
+        if events is not None:
+            action["events"] = events
+        started = time.monotonic()
+        answer = await client.call_tool("Execution", {
+            "thread_id": session["thread_id"], "workspace_root": session["workspace_root"],
+            "action": action})
+        took = time.monotonic() - started
+        content = answer.structured_content
+        assert content is not None and content["ok"], content
+        waited = content["data"]
+        assert took < 5, f"{took:.1f}s for a wait on an ended execution ({events})"
+        assert waited["outcome"] == "changed", waited
+        (item,) = waited["changed"]
+        assert (item["execution_id"], item["status"], item["exit_code"]) == (eid, "exited", 3)
+        assert item["fired"] == ["exited"] and item["ended_before_wait"] is True
+        text = answer.content[0]
+        assert isinstance(text, TextContent)
+        assert "exited 3" in text.text and "ended before the wait" in text.text, text.text
+    later = await execution(client, session, {
+        "type": "wait", "execution_ids": [eid, running["execution_id"]],
+        "after": waited["cursor"], "timeout_seconds": 0})
+    assert (later["data"]["outcome"], later["data"]["changed"]) == ("timeout", [])
+    assert {r["execution_id"]: r["status"] for r in later["data"]["current"]} == {
+        eid: "exited", running["execution_id"]: "running"}
+
+
 async def test_cursors_are_bound_and_signed(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
     one = await run(client, session, "seq 1 3000")

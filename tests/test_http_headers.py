@@ -2,7 +2,8 @@
 without the spaces and tabs around them (RFC 9110 docs/tools.md#records.5) for every header Tether reads
 (Host,
 Authorization, MCP-Protocol-Version, Mcp-Session-Id), sent over a raw socket since HTTP
-clients refuse to send such values; an unknown tool as a protocol error; logging/setLevel."""
+clients refuse to send such values; an unknown tool as a protocol error; logging/setLevel;
+prompts and resources declared, with none of either (docs/tools.md#mcp-surface)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,40 @@ async def test_an_unknown_tool_is_a_protocol_error_over_http(
                 await client.call_tool("NoSuchTool", {})
     assert raised.value.error.code == -32602
     assert "unknown tool 'NoSuchTool'" in raised.value.error.message
+
+
+async def test_prompts_and_resources_are_declared_and_empty_over_http(
+        tether_env: Config, tmp_path: Path) -> None:
+    """Both are declared and listed empty, with the caching hints tools/list has; asking for
+    one by name is -32602 naming it; a request without the token is refused, as for tools."""
+    principals = write_principals(tmp_path / "principals.toml",
+                                  [{"id": "alice", "token": TOKEN, "profile": "full"}])
+    with http_server(principals) as url:
+        async with http_client(url, TOKEN) as client:
+            capabilities = client.server_capabilities
+            assert capabilities.prompts is not None and capabilities.resources is not None
+            assert capabilities.resources.subscribe is not True  # no subscriptions
+            assert capabilities.completions is None
+            prompts = await client.list_prompts()
+            resources = await client.list_resources()
+            templates = await client.list_resource_templates()
+            assert (prompts.prompts, resources.resources, templates.resource_templates) == (
+                [], [], [])
+            tools = await client.list_tools()
+            for listed in (prompts, resources, templates):
+                assert (listed.ttl_ms, listed.cache_scope) == (tools.ttl_ms, tools.cache_scope)
+            with pytest.raises(MCPError) as unread:
+                await client.read_resource("test://nonexistent")
+            assert unread.value.error.code == -32602
+            assert unread.value.error.data == {"uri": "test://nonexistent"}
+            with pytest.raises(MCPError) as unknown:
+                await client.get_prompt("nonexistent")
+            assert unknown.value.error.code == -32602
+            assert unknown.value.error.data == {"name": "nonexistent"}
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        status, _, _ = await _post(port, [("Host", f"127.0.0.1:{port}")], {
+            "jsonrpc": "2.0", "id": 1, "method": "prompts/list"})
+        assert status == 401
 
 
 async def test_a_logging_level_is_accepted_in_the_handshake_era(tether_env: Config) -> None:

@@ -47,7 +47,8 @@ class ExecutionTool(Tool):
         "screen_text (get has the whole record); next_before, when older records remain, "
         "is the before of the next page. wait: after = a cursor reports every recognized "
         "state change since it (changed[].transitions, a whole turn that ran in between "
-        "included); without after it waits for what happens from the call on; every reply "
+        "included); without after it waits for what happens from the call on (one that has "
+        "already ended answers at once, ended_before_wait); every reply "
         "has current: each record now, with its recognition."
     )
     args_model = ExecutionArgs
@@ -150,6 +151,7 @@ async def _wait(call: _Call, action: WaitAction) -> types.CallToolResult:
         timeout_s=timeout_ms / 1000 + RPC_SLACK_S,
     )
     changed = ", ".join(f"{r.execution_id} {replies.status_words(r.status, r.exit_code, r.reason)}"
+                        + (" (it had ended before the wait)" if r.ended_before_wait else "")
                         for r in waited.changed)
     text = (f"{waited.outcome}: {changed}" if changed else
             f"{waited.outcome}: nothing changed within {action.timeout_seconds:g}s; wait "

@@ -1,8 +1,9 @@
 """The MCP server: lists the tools and dispatches calls (low-level ``mcp.server.Server``).
 
 Every call's arguments are validated by the tool's pydantic model; every failure becomes a
-tool result with ``is_error`` and a stable code. The one protocol error is a call to a tool
-that does not exist (JSON-RPC -32602, as the MCP specification has it).
+tool result with ``is_error`` and a stable code. The protocol errors are a call to a tool
+that does not exist, and a prompt or resource asked for by name (there are none): JSON-RPC
+-32602, as the MCP specification has it.
 """
 
 from __future__ import annotations
@@ -130,6 +131,43 @@ def build_server(
                 ErrorCode.INTERNAL, "internal error in the Tether front-end; see its stderr log"
             ))
 
+    # Tether offers tools only. It still declares prompts and resources, with none of
+    # either, as the SDK's own MCPServer does for a server of tools: clients (and the MCP
+    # conformance suite's caching checks) ask for both lists whatever was declared, and an
+    # empty list with its caching hints answers them better than -32601. Reading a resource
+    # or getting a prompt names nothing that exists: -32602 with what was asked for, as the
+    # specification has it for an unknown resource (docs/tools.md#mcp-surface).
+    async def list_prompts(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        resolve(ctx)  # an unauthenticated request is refused, as for tools/list
+        return types.ListPromptsResult(prompts=[])
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        resolve(ctx)
+        raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name!r}: Tether has no "
+                       "prompts, only tools", {"name": params.name})
+
+    async def list_resources(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        resolve(ctx)
+        return types.ListResourcesResult(resources=[])
+
+    async def list_resource_templates(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        resolve(ctx)
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
+    async def read_resource(
+        ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        resolve(ctx)
+        raise MCPError(types.INVALID_PARAMS, f"resource not found: {params.uri}; Tether has no "
+                       "resources (read executions with the Execution tool)",
+                       {"uri": str(params.uri)})
+
     async def set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
         # Tether sends no log messages at any level, so every level is honoured as it is.
         # Answered (not -32601) because handshake-era clients and the MCP conformance suite
@@ -148,6 +186,11 @@ def build_server(
             on_call_tool=call_tool,
             get_tool_input_schema=input_schema,
             on_set_logging_level=set_logging_level,
+            on_list_prompts=list_prompts,
+            on_get_prompt=get_prompt,
+            on_list_resources=list_resources,
+            on_list_resource_templates=list_resource_templates,
+            on_read_resource=read_resource,
         )
     _drop_idle_tracing(server)
     return server

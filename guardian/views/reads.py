@@ -28,6 +28,7 @@ from tether.protocol.limits import (
 from tether.protocol.methods import ExecObserveParams, ExecReadParams, ExecWaitParams, Scoped
 from tether.protocol.results import ObserveResult, ReadResult, Result, WaitResult
 from tether.shared.cursors import CursorSigner, load_secret
+from tether.shared.store.rows import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from tether.guardian.agents.watch import TurnWatch
@@ -238,8 +239,10 @@ class History:
         through (``transitions``), and a state entered after the cursor answers at once even
         if it is the state the execution was in when the cursor was taken. Without ``after``
         the position is now: only what happens from this call on counts (read the current
-        state from ``current``). Every reply carries ``current``: each execution's record in
-        short with the turn watch's ``recognition``.
+        state from ``current``), except that an execution which has already ended answers at
+        once: nothing can happen to it any more, and a timeout would say nothing of its end
+        (it is in ``changed``, its status fired, ``ended_before_wait``). Every reply carries
+        ``current``: each execution's record in short with the turn watch's ``recognition``.
         """
         self._scope.thread_for(params)
         ids = list(dict.fromkeys(params.execution_ids))
@@ -258,7 +261,7 @@ class History:
         baseline = self._wait_baseline(params.after, scope, ids)
         wants_output = "output" in events
         while True:
-            outcome = self._changes(params, ids, baseline, events)
+            outcome = self._changes(params, ids, baseline, events, from_now=params.after is None)
             if outcome is not None or budget == 0 or loop.time() >= deadline:
                 break
             await self._notifier.wait(deadline - loop.time(), output=wants_output)
@@ -310,7 +313,8 @@ class History:
         return {"seq": self._catalog.change_seq(), "out": ends}
 
     def _changes(
-        self, params: ExecWaitParams, ids: list[str], baseline: dict[str, Any], events: set[str]
+        self, params: ExecWaitParams, ids: list[str], baseline: dict[str, Any], events: set[str],
+        *, from_now: bool = False,
     ) -> tuple[str, list[dict[str, Any]]] | None:
         records = self._catalog.get_executions(ids)
         known = baseline.get("out", {})
@@ -344,8 +348,16 @@ class History:
             for row in rows:
                 if row.to_state in events and row.to_state not in fired:
                     fired.append(row.to_state)
+            ended_before = from_now and not fired and record["status"] in TERMINAL_STATUSES
+            if ended_before:
+                # A wait from now on an execution that has already ended would wait for
+                # nothing and answer timeout: its end is reported at once, by its status,
+                # whatever events were asked for (no other can come).
+                fired.append(str(record["status"]))
             if fired:
                 item = {**view, "fired": fired}
+                if ended_before:
+                    item["ended_before_wait"] = True
                 if rows:
                     item["transitions"] = [row.to_dict() for row in rows]
                 changed.append(item)
