@@ -1,5 +1,5 @@
 """The protocol surface the MCP conformance suite checks: header values over HTTP read
-without the spaces and tabs around them (RFC 9110 docs/tools.md#records.5) for every header Tether reads
+without the spaces and tabs around them (RFC 9110 §5.5) for every header Tether reads
 (Host,
 Authorization, MCP-Protocol-Version, Mcp-Session-Id), sent over a raw socket since HTTP
 clients refuse to send such values; an unknown tool as a protocol error; logging/setLevel;
