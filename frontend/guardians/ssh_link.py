@@ -195,18 +195,23 @@ class SshLink:
         argv = [*self.options(), "-o", "ControlMaster=yes",
                 "-o", f"ControlPersist={self.settings.idle_s}", "-N", "-f",
                 *self.host.destination()]
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, timeout=CONNECT_TIMEOUT_S + 5,
-                                  start_new_session=True, cwd="/")
-        except subprocess.TimeoutExpired:
-            raise unreachable(self.host, "connect", f"no connection within "
-                              f"{CONNECT_TIMEOUT_S + 5:g}s") from None
-        except OSError as exc:
-            raise unreachable(self.host, "connect",
-                              f"cannot run {self.settings.program}: {exc.strerror}") from None
+        done = self._ssh(argv, "connect", CONNECT_TIMEOUT_S + 5, "no connection",
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True, cwd="/")
         if done.returncode != 0:
             raise unreachable(self.host, "connect", done.stderr.decode(errors="replace"))
+
+    def _ssh(self, argv: list[str], step: str, timeout_s: float, late: str,
+             **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        """Run the ssh program for ``step``: past ``timeout_s`` (``late`` says what did not
+        happen in time), or when the program cannot run, the host is unreachable."""
+        try:
+            return subprocess.run(argv, timeout=timeout_s, **kwargs)
+        except subprocess.TimeoutExpired:
+            raise unreachable(self.host, step, f"{late} within {timeout_s:g}s") from None
+        except OSError as exc:
+            raise unreachable(self.host, step,
+                              f"cannot run {self.settings.program}: {exc.strerror}") from None
 
     def _check(self) -> int | None:
         """The pid of the master behind the control socket, or None."""
@@ -251,14 +256,8 @@ class SshLink:
         """Run ``remote_argv`` on the host (quoted for its shell) over the master."""
         await self.ensure()
         argv = self.command_argv(remote_argv, tty=False)
-        try:
-            return await asyncio.to_thread(
-                subprocess.run, argv, input=stdin, capture_output=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise unreachable(self.host, what, f"no answer within {timeout_s:g}s") from None
-        except OSError as exc:
-            raise unreachable(self.host, what,
-                              f"cannot run {self.settings.program}: {exc.strerror}") from None
+        return await asyncio.to_thread(self._ssh, argv, what, timeout_s, "no answer",
+                                       input=stdin, capture_output=True)
 
     def tether_argv(self, args: list[str]) -> list[str]:
         """The host's argv that runs its ``tether`` with ``args`` (:data:`FIND_AND_RUN`)."""
@@ -318,16 +317,9 @@ class SshLink:
         await self.ensure()
         argv = [*self.options(), "-O", "forward", "-L", f"{local}:{remote}",
                 *self.host.destination()]
-        try:
-            done = await asyncio.to_thread(subprocess.run, argv, stdin=subprocess.DEVNULL,
-                                           capture_output=True, timeout=FORWARD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise unreachable(self.host, "forward",
-                              f"the master did not add the forward within "
-                              f"{FORWARD_TIMEOUT_S:g}s") from None
-        except OSError as exc:
-            raise unreachable(self.host, "forward",
-                              f"cannot run {self.settings.program}: {exc.strerror}") from None
+        done = await asyncio.to_thread(self._ssh, argv, "forward", FORWARD_TIMEOUT_S,
+                                       "the master did not add the forward",
+                                       stdin=subprocess.DEVNULL, capture_output=True)
         if done.returncode != 0:
             raise unreachable(self.host, "forward", done.stderr.decode(errors="replace"))
         self._forwards[str(local)] = remote
