@@ -132,8 +132,11 @@ async def test_tail_follows_until_exit(client: Client, workspace: Path) -> None:
     lines, dropped = _check_lines(stdout, 200000)
     assert lines >= 1024 * 1024 // len("200000\r\n")  # at least the retained MiB
     printed = len(stdout.encode()) + stdout.count("\n")  # CRLF became LF in the pipe
-    gap_lines = sum(len(line) + 2 for line in stdout.splitlines() if GAP.match(line))
-    assert printed - gap_lines + dropped == total
+    gaps = [line for line in stdout.splitlines() if GAP.match(line)]
+    gap_lines = sum(len(line) + 2 for line in gaps)
+    # A gap may fall between a line's CR and LF: the LF after it reads as a whole line end
+    # (two bytes by the count above), one byte more than it was, once per gap at most.
+    assert 0 <= printed - gap_lines + dropped - total <= len(gaps)
 
 
 async def test_tail_marks_the_retention_gap(client: Client, workspace: Path) -> None:
