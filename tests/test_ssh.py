@@ -234,8 +234,12 @@ async def test_remote_workspace_end_to_end(ssh_host: SshHost, tether_env: Config
         assert (seen["status"], seen["exit_code"]) == ("exited", 0), seen
         assert "late" in seen["output"]
 
-        # The host goes away: calls are host_unreachable, naming it and ssh's error.
+        # The host goes away: calls are host_unreachable, naming it and ssh's error. (A call
+        # sent in the instant before the master sees its connection gone went out on it:
+        # that one is honestly delivery_unknown. So the master's end is waited for first.)
         ssh_host.stop()
+        poll(lambda: not ssh_host.masters(tether_env.runtime_dir), timeout=15,
+             what="the ssh master to see its host gone")
         args = {"thread_id": session["thread_id"], "workspace_root": url,
                 "action_json": {"type": "command", "command": "echo never-typed"}}
         refused = await call_error(client, "BashCommand", args)
