@@ -15,10 +15,14 @@ README_MAX_LINES = 220
 
 
 def _sources() -> list[Path]:
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.py"], capture_output=True,
+    """Every tracked text file of the project's own: code, shell scripts, rule files, docs
+    (recorded screens under tests/fixtures are the agents' words, not ours)."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
                             text=True, check=True).stdout.split()
     # This file names what it looks for.
-    return [REPO / name for name in listed if name != "tests/test_docs_contract.py"]
+    return [REPO / name for name in listed
+            if name != "tests/test_docs_contract.py" and not name.startswith("tests/fixtures/")
+            and b"\0" not in (REPO / name).read_bytes()[:8192]]
 
 
 def anchors(markdown: str) -> set[str]:
