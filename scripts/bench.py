@@ -68,6 +68,7 @@ async def _session(client: Client, workspace: Path) -> dict[str, Any]:
     """Initialize a thread in ``workspace``; returns the result's data."""
     init = await client.call_tool("Initialize", {"workspace_root": str(workspace)})
     assert init.structured_content is not None
+    assert init.structured_content.get("ok") is True, init.structured_content
     data: dict[str, Any] = init.structured_content["data"]
     return data
 
@@ -1124,6 +1125,9 @@ def main() -> int:
                 continue
             bench(run)
             sys.stdout.flush()
+            # Each bench starts from no guardian: what one leaves running (the upgrade
+            # bench's 20 chatty commands, agent_list's 100 agents) must not weigh on the next.
+            stop_guardians(base / "run")
     finally:
         stop_guardians(base / "run")
         shutil.rmtree(base, ignore_errors=True)
