@@ -703,6 +703,25 @@ async def turn_checks(t: Tether, env: Env, rec: Recorder, eid: str, screens: Tur
     await cursor_then_fast_turn(t, env, rec, eid, screens)
     await receipt_without_waiting(t, env, rec, eid, screens)
     await cancel_then_prompt(t, env, rec, eid, screens)
+    frames_marked(t, rec, eid)
+
+
+#: Fewest synchronized-update starts a program that marks its redraws writes over the turn
+#: checks' five turns (each draws a spinner for a while: dozens of frames).
+MARKED_FRAMES_MIN = 10
+
+
+def frames_marked(t: Tether, rec: Recorder, eid: str) -> None:
+    """The program begins its redraws with a synchronized update (``CSI ? 2026 h``): where
+    two frames arrive in one read, the turn watch can only see them apart at such a mark
+    (guardian/terminal/frames; Claude Code writes them when Tether's environment asks)."""
+    raw = t.raw(eid)
+    marks = raw.count(b"\x1b[?2026h")
+    rec.report.receipts.append(f"frame marks: {marks} synchronized-update starts in "
+                               f"{len(raw)} bytes of output")
+    rec.report.check(marks >= MARKED_FRAMES_MIN,
+                     f"frames: only {marks} synchronized-update starts in {len(raw)} bytes; "
+                     f"the turn watch cannot tell this program's frames apart in one read")
 
 
 async def _screen_matches(t: Tether, eid: str, pattern: str) -> bool:

@@ -34,12 +34,14 @@ from tether.shared.config import Config
 
 pytestmark = pytest.mark.anyio
 
-STAMP = 'echo "stamp $TETHER_EXECUTION_ID $TETHER_THREAD_ID $TETHER_WORKSPACE"'
+# CLAUDE_CODE_FORCE_SYNC_OUTPUT: Claude Code then marks each redraw (terminal/frames).
+STAMP = ('echo "stamp $TETHER_EXECUTION_ID $TETHER_THREAD_ID $TETHER_WORKSPACE '
+         '$CLAUDE_CODE_FORCE_SYNC_OUTPUT"')
 
 
 async def test_every_process_tether_starts_is_stamped(client: Client, workspace: Path) -> None:
     session = await initialize(client, workspace)
-    expected = f"{session['thread_id']} {workspace}"
+    expected = f"{session['thread_id']} {workspace} 1"
     # A command in the main shell runs in the shell's process (its environment is the
     # shell's): which execution it is, is found by ancestry (see the CLI test below).
     shell = await run(client, session, STAMP)

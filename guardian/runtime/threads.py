@@ -30,6 +30,7 @@ from tether.guardian.runtime.notify import ChangeNotifier
 from tether.guardian.runtime.pty import ExitStatus, NotStarted
 from tether.guardian.runtime.scope import Scope
 from tether.guardian.runtime.shell import MainShell
+from tether.guardian.terminal.frames import FRAME_MARK_ENV
 from tether.protocol.errors import ErrorCode, TetherError
 from tether.protocol.limits import DEFAULT_COLS, DEFAULT_ROWS
 from tether.protocol.methods import ResetShellParams, ThreadOpenParams
@@ -221,7 +222,9 @@ class Threads:
         """Environment of every process Tether starts (docs/tools.md#trees-and-parents); an architect
         thread's shell and
         jobs get git_guard's ``git`` first on PATH, with or without the kernel sandbox."""
-        env = dict(self._base_env)
+        # Under the guardian's own environment: the turn watch tells frames apart where a
+        # program marks them (terminal/frames), unless its operator chose otherwise.
+        env = {**FRAME_MARK_ENV, **self._base_env}
         env.update(
             TERM="xterm-256color",
             TETHER_THREAD_ID=thread_id,

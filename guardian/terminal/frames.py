@@ -9,12 +9,19 @@ the pieces this module cuts, so the first frame is seen although no read ended a
 (docs/architecture.md#the-turn-watch).
 
 Cutting is exact: feeding the pieces one after another draws what feeding the chunk does.
+
+A program that marks no frame start cannot be cut: :data:`FRAME_MARK_ENV` asks the ones that
+can be told to (every process Tether starts gets it).
 """
 
 from __future__ import annotations
 
 #: Bytes a redraw begins with.
 FRAME_STARTS = (b"\x1b[?2026h", b"\x1b[?25l")
+#: Variables that make a program begin each redraw with a frame start. Claude Code wraps its
+#: redraws in synchronized updates only for terminals it knows by name (``TERM``), unless
+#: this is set; Codex and OpenCode always do.
+FRAME_MARK_ENV = {"CLAUDE_CODE_FORCE_SYNC_OUTPUT": "1"}
 #: Most pieces one chunk is cut into (the last ones: the frames nobody will see otherwise
 #: are the ones before the chunk's last); a chunk of many tiny frames is cut no finer.
 MAX_PIECES = 8
